@@ -1,0 +1,12 @@
+"""hscl_zoo: contrastive image encoders trained with the losses of
+"Supervised Contrastive Learning with Hard Negative Samples" (Jiang et al.), loadable by name."""
+
+__version__ = "0.1.0"
+
+# losses and diagnostics
+from hscl_zoo.losses import LOSS_NAMES, ContrastiveLoss, build_loss
+from hscl_zoo.diagnostics import assumption_fraction, lemma_losses, DiagnosticsMeter
+
+# models, registry and hub (issue 3)
+
+# data and evaluation (issue 4)
