@@ -1,0 +1,338 @@
+"""Contrastive encoders: a timm backbone, the paper's projection head and a linear classifier.
+
+A ``ContrastiveEncoder`` is fully described by a JSON-able config in the shape timm uses for Hub
+checkpoints (``architecture``, ``num_classes``, ``label_names``, ``pretrained_cfg``,
+``model_args``), so ``ContrastiveEncoder.from_config(model.model_config())`` rebuilds the same
+architecture. This module knows nothing of files, the Hub or datasets; see ``hscl_zoo.hub``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import timm
+import timm.data
+import torch
+import torch.nn.functional as F
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models.resnet import ResNet
+from torch import nn
+
+__all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
+
+SMALL_IMAGE_MAX_SIZE = 64
+"""Image sizes up to this use the small (CIFAR) stem by default on ResNet-family backbones."""
+
+CONFIG_LIBRARY_NAME = "hscl_zoo"
+"""Marks a config.json as an hscl_zoo encoder (as opposed to a plain timm checkpoint)."""
+
+_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
+_CROP_MODES = ("center", "squash", "border")
+_MODEL_ARG_KEYS = ("image_size", "small_stem", "proj_hidden_dim", "proj_dim")
+_RESERVED_TIMM_KWARGS = ("num_classes", "model_name", "pretrained_cfg", "checkpoint_path")
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+    return value
+
+
+def _check_triplet(name: str, value: Sequence[float]) -> list[float]:
+    values = [float(v) for v in value]
+    if len(values) != 3:
+        raise ValueError(f"{name} must have one value per RGB channel (3 values), got {list(value)!r}.")
+    if name == "std" and any(v <= 0 for v in values):
+        raise ValueError(f"std must be positive per channel, got {values!r}.")
+    return values
+
+
+def _small_stem_(backbone: ResNet) -> None:
+    """Turn a timm ResNet's stem into the CIFAR stem: a 3x3 stride-1 first conv and no max-pool.
+
+    A plain 7x7 stem conv is replaced; a deep (3x3 stack) stem keeps its convs with the first
+    one's stride set to 1.
+    """
+    stem = backbone.conv1
+    if isinstance(stem, nn.Conv2d):
+        backbone.conv1 = nn.Conv2d(stem.in_channels, stem.out_channels, 3, stride=1, padding=1, bias=False)
+    else:
+        first = stem[0]
+        if not isinstance(first, nn.Conv2d) or first.kernel_size != (3, 3):
+            raise ValueError(f"Unsupported ResNet stem {type(stem).__name__}; expected a Conv2d or a 3x3 deep stem.")
+        first.stride = (1, 1)
+    backbone.maxpool = nn.Identity()
+
+
+def _family_hint(backbone_name: str, backbone: nn.Module) -> str:
+    family = type(backbone).__name__
+    if getattr(backbone, "patch_embed", None) is not None:
+        return (
+            f"{backbone_name!r} is a {family}: give it small patches through timm's own arguments, e.g. "
+            f"create_model({backbone_name!r}, num_classes=..., image_size=32, small_stem=False, patch_size=4)."
+        )
+    return (
+        f"{backbone_name!r} is a {family}, which has no small stem here: pass small_stem=False (and any stem "
+        f"arguments timm's {family} accepts as keyword arguments), or use a ResNet-family backbone such as 'resnet18'."
+    )
+
+
+class ContrastiveEncoder(nn.Module):
+    """A timm backbone with the H-SCL projection head and a linear classification head.
+
+    ``encode`` gives the backbone's pooled features (what the linear probe reads), ``project`` the
+    L2-normalised 128-d projection the contrastive losses consume, and ``forward`` the class logits
+    of the linear head on top of the features. Freezing the backbone for a linear probe is the
+    caller's choice (``requires_grad_(False)``), so ``encode`` stays differentiable.
+
+    Args:
+        backbone: timm model name, e.g. ``"resnet18"``.
+        num_classes: number of classes of the linear head.
+        image_size: square input resolution the model is built and preprocessed for.
+        small_stem: use the CIFAR stem (3x3 stride-1 first conv, no max-pool; ResNet family only).
+            ``None`` picks it for ResNets when ``image_size <= 64``.
+        proj_hidden_dim: hidden width of the projection head (paper: 512).
+        proj_dim: output width of the projection head (paper: 128).
+        class_names: one name per class; defaults to ``"0"``, ``"1"``, ...
+        mean, std: per-channel normalisation; ImageNet statistics unless given.
+        interpolation: resize interpolation of the eval transform.
+        crop_pct: centre-crop fraction of the eval transform (1.0: no crop, as for CIFAR).
+        crop_mode: timm crop mode of the eval transform.
+        pretrained: load timm's pretrained backbone weights (downloads them).
+        **timm_kwargs: passed to ``timm.create_model`` and recorded in the config.
+    """
+
+    def __init__(
+        self,
+        backbone: str,
+        num_classes: int,
+        image_size: int,
+        *,
+        small_stem: bool | None = None,
+        proj_hidden_dim: int = 512,
+        proj_dim: int = 128,
+        class_names: Sequence[str] | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        interpolation: str = "bicubic",
+        crop_pct: float = 1.0,
+        crop_mode: str = "center",
+        pretrained: bool = False,
+        **timm_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if not isinstance(backbone, str) or not timm.is_model(backbone):
+            close = difflib.get_close_matches(str(backbone), timm.list_models(), n=5, cutoff=0.6)
+            hint = f" Closest timm names: {', '.join(close)}." if close else " See timm.list_models('resnet*')."
+            raise ValueError(f"Unknown timm backbone {backbone!r}.{hint}")
+        num_classes = _check_positive_int("num_classes", num_classes)
+        image_size = _check_positive_int("image_size", image_size)
+        proj_hidden_dim = _check_positive_int("proj_hidden_dim", proj_hidden_dim)
+        proj_dim = _check_positive_int("proj_dim", proj_dim)
+        if small_stem is not None and not isinstance(small_stem, bool):
+            raise ValueError(f"small_stem must be True, False or None (auto), got {small_stem!r}.")
+        if interpolation not in _INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}.")
+        if crop_mode not in _CROP_MODES:
+            raise ValueError(f"crop_mode must be one of {_CROP_MODES}, got {crop_mode!r}.")
+        if not 0.0 < float(crop_pct) <= 1.0:
+            raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct!r}.")
+        reserved = sorted(set(timm_kwargs) & set(_RESERVED_TIMM_KWARGS))
+        if reserved:
+            raise ValueError(f"{reserved} are set by ContrastiveEncoder itself; remove them from the timm keyword arguments.")
+        if class_names is None:
+            class_names = [str(i) for i in range(num_classes)]
+        elif isinstance(class_names, str) or len(class_names) != num_classes:
+            raise ValueError(
+                f"class_names must list one name per class ({num_classes}), got "
+                f"{class_names if isinstance(class_names, str) else len(class_names)!r}."
+            )
+
+        timm_kwargs = dict(timm_kwargs)
+        if timm.models.get_pretrained_cfg(backbone).fixed_input_size and "img_size" not in timm_kwargs:
+            timm_kwargs["img_size"] = image_size
+        self.backbone = timm.create_model(backbone, pretrained=pretrained, num_classes=0, **timm_kwargs)
+
+        is_resnet = isinstance(self.backbone, ResNet)
+        if small_stem is None:
+            small_stem = is_resnet and image_size <= SMALL_IMAGE_MAX_SIZE
+        if small_stem:
+            if not is_resnet:
+                raise ValueError(f"small_stem=True is implemented for timm ResNet-family backbones only. "
+                                 f"{_family_hint(backbone, self.backbone)}")
+            _small_stem_(self.backbone)
+
+        self.num_features: int = int(self.backbone.num_features)
+        self.num_classes = num_classes
+        self.projector = nn.Sequential(
+            nn.Linear(self.num_features, proj_hidden_dim, bias=False),
+            nn.BatchNorm1d(proj_hidden_dim),
+            nn.ReLU(inplace=True),
+            nn.Linear(proj_hidden_dim, proj_dim),
+        )
+        self.classifier = nn.Linear(self.num_features, num_classes)
+
+        self.backbone_name = backbone
+        self.class_names: list[str] = [str(c) for c in class_names]
+        self.model_args: dict[str, Any] = {
+            "image_size": image_size,
+            "small_stem": small_stem,
+            "proj_hidden_dim": proj_hidden_dim,
+            "proj_dim": proj_dim,
+            **timm_kwargs,
+        }
+        self.pretrained_cfg: dict[str, Any] = {
+            "input_size": [3, image_size, image_size],
+            "interpolation": interpolation,
+            "mean": _check_triplet("mean", IMAGENET_DEFAULT_MEAN if mean is None else mean),
+            "std": _check_triplet("std", IMAGENET_DEFAULT_STD if std is None else std),
+            "crop_pct": float(crop_pct),
+            "crop_mode": crop_mode,
+        }
+        self.transform = timm.data.create_transform(
+            input_size=tuple(self.pretrained_cfg["input_size"]),
+            is_training=False,
+            interpolation=interpolation,
+            mean=tuple(self.pretrained_cfg["mean"]),
+            std=tuple(self.pretrained_cfg["std"]),
+            crop_pct=float(crop_pct),
+            crop_mode=crop_mode,
+        )
+        self.training_summary: dict[str, Any] | None = None
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled backbone features, shape (B, num_features): the representation the probe reads."""
+        return self.backbone(x)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """L2-normalised projection, shape (B, proj_dim): what the contrastive losses consume."""
+        return F.normalize(self.projector(self.encode(x)), dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits of the linear head on the backbone features, shape (B, num_classes)."""
+        return self.classifier(self.encode(x))
+
+    @torch.inference_mode()
+    def predict(self, images: Any) -> torch.Tensor:
+        """Class probabilities (B, num_classes) for PIL images, or for already preprocessed tensors.
+
+        PIL images (one or a list) go through ``self.transform``; a (C, H, W) or (B, C, H, W)
+        tensor is taken as preprocessed. Runs in eval mode on the model's device and restores
+        the previous train/eval mode.
+        """
+        from PIL import Image
+
+        if isinstance(images, Image.Image):
+            images = [images]
+        if isinstance(images, torch.Tensor):
+            batch = images if images.ndim == 4 else images.unsqueeze(0)
+        elif isinstance(images, Sequence) and images and all(isinstance(im, Image.Image) for im in images):
+            batch = torch.stack([self.transform(im.convert("RGB")) for im in images])
+        else:
+            raise TypeError("predict() takes a PIL image, a list of PIL images, or a preprocessed image tensor; "
+                            f"got {type(images).__name__}. Open files with PIL.Image.open(path).")
+        was_training = self.training
+        self.eval()
+        try:
+            device = next(self.parameters()).device
+            return self(batch.to(device)).softmax(dim=-1)
+        finally:
+            self.train(was_training)
+
+    def model_config(self) -> dict[str, Any]:
+        """The timm-shaped, JSON-able config that rebuilds this architecture (no training summary)."""
+        return {
+            "library_name": CONFIG_LIBRARY_NAME,
+            "architecture": self.backbone_name,
+            "num_classes": self.num_classes,
+            "num_features": self.num_features,
+            "label_names": list(self.class_names),
+            "pretrained_cfg": {**self.pretrained_cfg, "num_classes": self.num_classes},
+            "model_args": dict(self.model_args),
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ContrastiveEncoder:
+        """Rebuild an untrained encoder from ``model_config()`` output (e.g. a loaded config.json).
+
+        Raises ``ValueError`` naming the missing or malformed fields, so a plain timm config or a
+        hand-edited file is caught before any weights are touched.
+        """
+        if not isinstance(config, Mapping):
+            raise ValueError(f"An encoder config must be a mapping, got {type(config).__name__}.")
+        missing = [k for k in ("architecture", "num_classes", "pretrained_cfg", "model_args") if k not in config]
+        model_args = config.get("model_args") or {}
+        missing += [f"model_args.{k}" for k in _MODEL_ARG_KEYS if k not in model_args]
+        pretrained_cfg = config.get("pretrained_cfg") or {}
+        missing += [f"pretrained_cfg.{k}" for k in ("input_size", "mean", "std") if k not in pretrained_cfg]
+        if missing:
+            hint = ""
+            if config.get("library_name") != CONFIG_LIBRARY_NAME and "architecture" in config:
+                hint = (" It looks like a plain timm checkpoint config; load that with "
+                        "timm.create_model('hf-hub:<repo>', pretrained=True) instead.")
+            raise ValueError(f"Config is not an hscl_zoo encoder config: missing {', '.join(missing)}.{hint} "
+                             "Write configs with hscl_zoo.save_pretrained(model, directory).")
+        image_size = model_args["image_size"]
+        input_size = list(pretrained_cfg["input_size"])
+        if input_size != [3, image_size, image_size]:
+            raise ValueError(f"Config disagrees with itself: pretrained_cfg.input_size {input_size} vs "
+                             f"model_args.image_size {image_size}; re-save it with hscl_zoo.save_pretrained.")
+        extra = {k: v for k, v in model_args.items() if k not in _MODEL_ARG_KEYS}
+        return cls(
+            config["architecture"],
+            config["num_classes"],
+            image_size,
+            small_stem=model_args["small_stem"],
+            proj_hidden_dim=model_args["proj_hidden_dim"],
+            proj_dim=model_args["proj_dim"],
+            class_names=config.get("label_names"),
+            mean=pretrained_cfg["mean"],
+            std=pretrained_cfg["std"],
+            interpolation=pretrained_cfg.get("interpolation", "bicubic"),
+            crop_pct=pretrained_cfg.get("crop_pct", 1.0),
+            crop_mode=pretrained_cfg.get("crop_mode", "center"),
+            **extra,
+        )
+
+
+def create_model(
+    backbone: str,
+    num_classes: int,
+    image_size: int,
+    *,
+    small_stem: bool | None = None,
+    proj_hidden_dim: int = 512,
+    proj_dim: int = 128,
+    class_names: Sequence[str] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    interpolation: str = "bicubic",
+    crop_pct: float = 1.0,
+    crop_mode: str = "center",
+    pretrained: bool = False,
+    **timm_kwargs: Any,
+) -> ContrastiveEncoder:
+    """Build an untrained ``ContrastiveEncoder`` on any timm backbone (nothing is downloaded
+    unless ``pretrained=True``); see ``ContrastiveEncoder`` for the arguments.
+
+    Example: ``hscl_zoo.create_model("resnet18", num_classes=10, image_size=32)`` gives a
+    ResNet-18 with the CIFAR stem, a 512 -> 512 -> 128 projection head and a 10-way linear head.
+    """
+    return ContrastiveEncoder(
+        backbone,
+        num_classes,
+        image_size,
+        small_stem=small_stem,
+        proj_hidden_dim=proj_hidden_dim,
+        proj_dim=proj_dim,
+        class_names=class_names,
+        mean=mean,
+        std=std,
+        interpolation=interpolation,
+        crop_pct=crop_pct,
+        crop_mode=crop_mode,
+        pretrained=pretrained,
+        **timm_kwargs,
+    )
