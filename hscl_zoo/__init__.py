@@ -8,5 +8,8 @@ from hscl_zoo.losses import LOSS_NAMES, ContrastiveLoss, build_loss
 from hscl_zoo.diagnostics import assumption_fraction, lemma_losses, DiagnosticsMeter
 
 # models, registry and hub (issue 3)
+from hscl_zoo.models import ContrastiveEncoder, create_model
+from hscl_zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.hub import load, push_to_hub, save_pretrained
 
 # data and evaluation (issue 4)
