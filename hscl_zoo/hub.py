@@ -158,16 +158,14 @@ def parse_source(source: str | os.PathLike[str] | registry.ZooEntry, revision: s
     path = Path(source).expanduser()
     if path.is_dir():
         return _local_source(path, revision)
-    if os.sep in source or source.startswith((".", "~")):
+    if source.startswith((os.sep, ".", "~")) or source.count("/") > 1 or (os.altsep and os.altsep in source):
         raise FileNotFoundError(f"{source!r} is neither a zoo name nor an existing directory ({path.resolve()} does "
                                 "not exist). Check the path, or use 'hf-hub:owner/name' for a Hub repo.")
-    try:
-        registry.info(source)
-    except ValueError as err:
-        if "/" in source:
-            raise ValueError(f"{err} For the Hub repo, write 'hf-hub:{source}'.") from None
-        raise
-    raise AssertionError("unreachable")
+    if "/" in source:
+        raise ValueError(f"{source!r} is neither a zoo name nor an existing directory. For the Hub repo, write "
+                         f"'hf-hub:{source}'; for a folder, 'local-dir:{source}'.")
+    registry.info(source)
+    raise AssertionError("unreachable: registry.info raises for unknown names")
 
 
 def _zoo_source(entry: registry.ZooEntry, revision: str | None) -> ModelSource:

@@ -66,17 +66,20 @@ def _small_stem_(backbone: ResNet) -> None:
     backbone.maxpool = nn.Identity()
 
 
-def _family_hint(backbone_name: str, backbone: nn.Module) -> str:
-    family = type(backbone).__name__
-    if getattr(backbone, "patch_embed", None) is not None:
-        return (
-            f"{backbone_name!r} is a {family}: give it small patches through timm's own arguments, e.g. "
-            f"create_model({backbone_name!r}, num_classes=..., image_size=32, small_stem=False, patch_size=4)."
-        )
-    return (
-        f"{backbone_name!r} is a {family}, which has no small stem here: pass small_stem=False (and any stem "
-        f"arguments timm's {family} accepts as keyword arguments), or use a ResNet-family backbone such as 'resnet18'."
-    )
+def _is_resnet_family(backbone: str) -> bool:
+    return timm.models.model_entrypoint(backbone).__module__ == ResNet.__module__
+
+
+def _small_stem_error(backbone: str, fixed_input_size: bool) -> ValueError:
+    family = timm.models.model_entrypoint(backbone).__module__.rpartition(".")[2]
+    if fixed_input_size:
+        fix = (f"give it small patches through timm's own arguments, e.g. create_model({backbone!r}, "
+               "num_classes=..., image_size=32, small_stem=False, patch_size=4)")
+    else:
+        fix = (f"pass small_stem=False (and any stem arguments timm's {family} models accept as keyword "
+               "arguments), or use a ResNet-family backbone such as 'resnet18'")
+    return ValueError(f"small_stem=True is implemented for timm ResNet-family backbones only; {backbone!r} is a "
+                      f"{family} model: {fix}.")
 
 
 class ContrastiveEncoder(nn.Module):
@@ -151,17 +154,18 @@ class ContrastiveEncoder(nn.Module):
             )
 
         timm_kwargs = dict(timm_kwargs)
-        if timm.models.get_pretrained_cfg(backbone).fixed_input_size and "img_size" not in timm_kwargs:
-            timm_kwargs["img_size"] = image_size
-        self.backbone = timm.create_model(backbone, pretrained=pretrained, num_classes=0, **timm_kwargs)
-
-        is_resnet = isinstance(self.backbone, ResNet)
+        fixed_input_size = bool(timm.models.get_pretrained_cfg(backbone).fixed_input_size)
+        is_resnet = _is_resnet_family(backbone)
         if small_stem is None:
             small_stem = is_resnet and image_size <= SMALL_IMAGE_MAX_SIZE
+        if small_stem and not is_resnet:
+            raise _small_stem_error(backbone, fixed_input_size)
+        if fixed_input_size and "img_size" not in timm_kwargs:
+            timm_kwargs["img_size"] = image_size
+        self.backbone = timm.create_model(backbone, pretrained=pretrained, num_classes=0, **timm_kwargs)
         if small_stem:
-            if not is_resnet:
-                raise ValueError(f"small_stem=True is implemented for timm ResNet-family backbones only. "
-                                 f"{_family_hint(backbone, self.backbone)}")
+            if not isinstance(self.backbone, ResNet):
+                raise _small_stem_error(backbone, fixed_input_size)
             _small_stem_(self.backbone)
 
         self.num_features: int = int(self.backbone.num_features)

@@ -223,7 +223,7 @@ def list_models(pattern: str | Iterable[str] = "*", published_only: bool = False
     ``list_models("hscl-*-cifar*")`` gives the H-SCL models on CIFAR; ``published_only`` keeps
     those whose weights can be loaded.
     """
-    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern) if isinstance(pattern, Iterable) else []
     if not patterns or not all(isinstance(p, str) for p in patterns):
         raise ValueError(f"pattern must be a wildcard string or a list of them, got {pattern!r}.")
     return sorted(

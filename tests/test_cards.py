@@ -1,0 +1,121 @@
+"""Model cards: the checked-in cards are exactly what the registry renders, and cards for trained
+models carry their measured results beside the paper's."""
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hscl_zoo import cards
+from hscl_zoo.cards import render_card
+from hscl_zoo.models import create_model
+from hscl_zoo.registry import info, list_models
+
+ROOT = Path(__file__).resolve().parents[1]
+CARDS = ROOT / "model_cards"
+TRAINING = {
+    "dataset": "cifar100", "method": "hscl-beta", "hyperparameters": {"beta": 1.0, "temperature": 0.5, "lr": 0.001},
+    "epochs": 200, "global_batch_size": 512, "negatives_per_anchor": 1020,
+    "config": "recipes/configs/cifar100-hscl-beta.yaml",
+}
+
+
+def front_matter(card: str) -> dict:
+    assert card.startswith("---\n")
+    header, _, _ = card[4:].partition("\n---\n")
+    return yaml.safe_load(header)
+
+
+@pytest.fixture(scope="module")
+def trained_config():
+    model = create_model("resnet10t", num_classes=100, image_size=32, mean=[0.507, 0.4865, 0.4409],
+                         std=[0.2673, 0.2564, 0.2762])
+    return {**model.model_config(), "training": TRAINING}
+
+
+def test_checked_in_cards_equal_regenerated_ones():
+    assert sorted(p.stem for p in CARDS.glob("*.md")) == list_models()
+    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.cards --out model_cards"
+
+
+def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
+    out = tmp_path / "cards"
+    shutil.copytree(CARDS, out)
+    assert cards.main(["--out", str(out), "--check"]) == 0
+    (out / "scl-cifar10.md").write_text((out / "scl-cifar10.md").read_text() + "edited\n")
+    (out / "ucl-stl10.md").unlink()
+    (out / "simclr-cifar10.md").write_text("stray")
+    assert sorted(cards.check_cards(out)) == sorted([
+        f"out of date: {out / 'scl-cifar10.md'}", f"missing: {out / 'ucl-stl10.md'}",
+        f"not a zoo name: {out / 'simclr-cifar10.md'}",
+    ])
+    assert cards.main(["--out", str(out), "--check"]) == 1
+    stderr = capsys.readouterr().err
+    assert "out of date" in stderr and f"python -m hscl_zoo.cards --out {out}" in stderr
+    assert cards.main(["--out", str(out)]) == 0
+    assert cards.check_cards(out) == [f"not a zoo name: {out / 'simclr-cifar10.md'}"]
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_registry_card_claims_no_results_before_publication(name):
+    entry = info(name)
+    card = (CARDS / f"{name}.md").read_text()
+    header = front_matter(card)
+    assert header["library_name"] == "hscl_zoo"
+    assert entry.method in header["tags"] and header["metrics"] == ["accuracy"]
+    assert len(header["datasets"]) == 1
+    assert "model-index" not in header
+    assert "Weights not published yet" in card and entry.train_command in card
+    assert "| this model | not published yet |" in card
+    assert f"{entry.paper_top1:.2f}" in card
+    assert f'hscl_zoo.load("{name}")' in card
+    for section in ("## How to load", "## Preprocessing", "## Training", "## Results", "## Limitations",
+                    "## Citation"):
+        assert section in card
+    assert "Supervised Contrastive Learning with Hard Negative Samples" in card
+
+
+def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
+    card = render_card(trained_config, {"top1": 75.3, "top5": 93.21})
+    header = front_matter(card)
+    (result,) = header["model-index"][0]["results"]
+    assert header["model-index"][0]["name"] == "hscl-beta-cifar100"
+    assert result["dataset"] == {"name": "CIFAR-100", "type": "uoft-cs/cifar100"}
+    assert {"type": "accuracy", "value": 75.3, "name": "Top-1 accuracy (linear probe)"} in result["metrics"]
+    assert "| this model | 75.30 |" in card and "| paper, Table 1 | 75.11 |" in card
+    assert "| negatives per anchor | 1020 |" in card and "| `beta` | 1 |" in card
+    assert "| mean | 0.5070, 0.4865, 0.4409 |" in card and "| input size | 3 x 32 x 32 |" in card
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in card
+    assert "Weights not published yet" not in card
+
+
+def test_card_for_a_published_entry_has_model_index():
+    entry = dataclasses.replace(info("scl-cifar10"), revision="c" * 40, sha256="d" * 64, metrics={"top1": 93.1})
+    card = render_card(entry)
+    assert front_matter(card)["model-index"][0]["results"][0]["metrics"][0]["value"] == 93.1
+    assert "revision `" + "c" * 40 in card and "| this model | 93.10 |" in card
+
+
+def test_card_name_and_repo_override(trained_config):
+    card = render_card(trained_config, {"top1": 70.0}, name="my-run", repo_id="me/my-run")
+    assert card.splitlines()[card.splitlines().index("# my-run")] == "# my-run"
+    assert 'hscl_zoo.load("hf-hub:me/my-run")' in card
+
+
+@pytest.mark.parametrize("results,message", [
+    ({"top1": 0.753}, "looks like a fraction"),
+    ({"top1": 175.0}, "not a percentage"),
+    ({"top1": "75"}, "finite number"),
+    ({"top1": float("nan")}, "finite number"),
+])
+def test_bad_results_are_rejected(trained_config, results, message):
+    with pytest.raises(ValueError, match=message):
+        render_card(trained_config, results)
+
+
+def test_config_without_training_summary_is_rejected(trained_config):
+    config = {k: v for k, v in trained_config.items() if k != "training"}
+    with pytest.raises(ValueError, match="training summary"):
+        render_card(config, {"top1": 70.0})
