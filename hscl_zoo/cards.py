@@ -88,6 +88,7 @@ ${results}
 _METRIC_NAMES = {
     "top1": ("accuracy", "Top-1 accuracy (linear probe)"),
     "top5": ("top_5_accuracy", "Top-5 accuracy (linear probe)"),
+    "knn_top1": ("knn_accuracy", "Top-1 accuracy (kNN on frozen features)"),
 }
 _PAPER_RECIPE = (
     "The paper's recipe: ResNet-50 with the CIFAR stem (3x3 stride-1 first conv, no max-pool), projection "
@@ -120,9 +121,7 @@ def _check_results(results: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"result {key!r} must be a finite number, got {value!r}.")
         if key in _METRIC_NAMES and not 0.0 <= value <= 100.0:
-            raise ValueError(f"result {key!r}={value} is not a percentage; give accuracies in % (0-100).")
-        if key in _METRIC_NAMES and 0.0 < value <= 1.0:
-            raise ValueError(f"result {key!r}={value} looks like a fraction; give accuracies in % (e.g. 75.1).")
+            raise ValueError(f"result {key!r}={value} is not a percentage; give accuracies in % (0-100, e.g. 75.1).")
         checked[str(key)] = float(value)
     return checked
 

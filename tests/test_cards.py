@@ -78,12 +78,13 @@ def test_registry_card_claims_no_results_before_publication(name):
 
 
 def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
-    card = render_card(trained_config, {"top1": 75.3, "top5": 93.21})
+    card = render_card(trained_config, {"top1": 75.3, "top5": 93.21, "knn_top1": 71.5})
     header = front_matter(card)
     (result,) = header["model-index"][0]["results"]
     assert header["model-index"][0]["name"] == "hscl-beta-cifar100"
     assert result["dataset"] == {"name": "CIFAR-100", "type": "uoft-cs/cifar100"}
     assert {"type": "accuracy", "value": 75.3, "name": "Top-1 accuracy (linear probe)"} in result["metrics"]
+    assert {"type": "knn_accuracy", "value": 71.5, "name": "Top-1 accuracy (kNN on frozen features)"} in result["metrics"]
     assert "| this model | 75.30 |" in card and "| paper, Table 1 | 75.11 |" in card
     assert "| negatives per anchor | 1020 |" in card and "| `beta` | 1 |" in card
     assert "| mean | 0.5070, 0.4865, 0.4409 |" in card and "| input size | 3 x 32 x 32 |" in card
@@ -105,7 +106,7 @@ def test_card_name_and_repo_override(trained_config):
 
 
 @pytest.mark.parametrize("results,message", [
-    ({"top1": 0.753}, "looks like a fraction"),
+    ({"top5": -1.0}, "not a percentage"),
     ({"top1": 175.0}, "not a percentage"),
     ({"top1": "75"}, "finite number"),
     ({"top1": float("nan")}, "finite number"),
