@@ -1,0 +1,298 @@
+"""Pretrain a contrastive encoder with one of the paper's objectives, then probe and export it.
+
+    accelerate launch recipes/pretrain.py                                  # embedded digits, CPU, minutes
+    accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml
+    accelerate launch recipes/pretrain.py --config recipes/configs/cifar10-scl.yaml \
+        --data_dir ../shared/data/cifar10 --epochs 5
+    accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
+
+Every key of `hscl_zoo.config.PretrainConfig` can be set as `--key value` (after the YAML file).
+Per epoch: training loss, kNN top-1 on the test split, Assumption-1 fraction and the four Lemma-1
+losses go to `<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and a
+checkpoint to `<output_dir>/checkpoints/`. At the end: a linear probe on frozen features, then a
+Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import set_seed
+from torch import nn
+from tqdm.auto import tqdm
+
+import hscl_zoo
+from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform
+from hscl_zoo.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
+from hscl_zoo.config import PretrainConfig, parse_overrides
+from hscl_zoo.data import load_splits
+from hscl_zoo.diagnostics import DiagnosticsMeter
+from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1
+from hscl_zoo.publishing import training_summary, write_hub_folder
+
+RESUMABLE_CHANGES = {"num_workers", "log_with"}
+
+
+class ProjectionModel(nn.Module):
+    """What pretraining optimises: the encoder's backbone and projection head.
+
+    The linear classifier is trained afterwards by the probe, so leaving it out keeps DDP free of
+    unused parameters. The modules are shared with the encoder, not copied.
+    """
+
+    def __init__(self, encoder: hscl_zoo.ContrastiveEncoder) -> None:
+        super().__init__()
+        self.backbone = encoder.backbone
+        self.projector = encoder.projector
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.projector(self.backbone(x)), dim=-1)
+
+
+def parse_args(argv: list[str]) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
+    parser = argparse.ArgumentParser(
+        description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
+        epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
+    )
+    parser.add_argument("--config", help="YAML file of config keys (recipes/configs/*.yaml)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        overrides = parse_overrides(rest)
+        cfg = PretrainConfig.from_sources(args.config, overrides)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.resume and args.overwrite:
+        parser.error("--resume continues a run and --overwrite deletes it: pass one of them.")
+    return cfg, args, overrides
+
+
+def run_contents(run_dir: Path) -> list[str]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir())
+
+
+def resolve_run(cfg: PretrainConfig, args: argparse.Namespace, overrides: dict[str, str]) -> PretrainConfig:
+    """Decide what happens to output_dir: refuse, resume (with the saved config) or overwrite."""
+    run_dir = Path(cfg.output_dir)
+    contents = run_contents(run_dir)
+    if args.resume:
+        saved_path = run_dir / "config.json"
+        if not saved_path.is_file():
+            raise SystemExit(f"error: --resume: {run_dir} holds no run (no config.json). Drop --resume to start one there.")
+        saved = PretrainConfig.from_dict(json.loads(saved_path.read_text()), source=str(saved_path))
+        explicit = PretrainConfig.from_sources(args.config, overrides).to_dict() if (args.config or overrides) else {}
+        given = set(overrides) | (set(explicit) if args.config else set())
+        changed = sorted(k for k in given - RESUMABLE_CHANGES - {"output_dir"} if explicit[k] != saved.to_dict()[k])
+        if changed:
+            raise SystemExit(
+                f"error: --resume continues {run_dir} with its saved config; these settings differ from it: "
+                f"{', '.join(f'{k} ({saved.to_dict()[k]!r} saved, {explicit[k]!r} given)' for k in changed)}. "
+                "Drop them, or start a new run with another --output_dir."
+            )
+        return PretrainConfig.from_dict({**saved.to_dict(), **{k: explicit[k] for k in given & RESUMABLE_CHANGES}})
+    if contents and not args.overwrite:
+        raise SystemExit(
+            f"error: output_dir {run_dir} already holds a run ({', '.join(contents)}). Pass --resume to continue it, "
+            "--overwrite to delete it and start again, or choose another --output_dir."
+        )
+    return cfg
+
+
+def build_optimizer(cfg: PretrainConfig, params) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
+
+
+def diagnostics_meter(cfg: PretrainConfig, loss_fn: hscl_zoo.ContrastiveLoss) -> DiagnosticsMeter:
+    """The paper's diagnostics with the run's own hardening: the threshold for H-SCL(tau), beta otherwise."""
+    if cfg.method == "hscl-tau":
+        return DiagnosticsMeter(temperature=cfg.temperature, threshold=loss_fn.hardening.current_level)
+    return DiagnosticsMeter(temperature=cfg.temperature, beta=cfg.beta)
+
+
+def monitor_knn(encoder, data, cfg: PretrainConfig, device) -> float:
+    """kNN top-1 on the test split from a fixed slice of the training split (the per-epoch monitor)."""
+    train = data.train
+    if cfg.monitor_train_size is not None and len(train) > cfg.monitor_train_size:
+        train = train.select(range(cfg.monitor_train_size))
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        train_f, train_y = extract_features(encoder.encode, train, encoder.transform, device=device, progress=False)
+        test_f, test_y = extract_features(encoder.encode, data.test, encoder.transform, device=device, progress=False)
+    finally:
+        encoder.train(was_training)
+    return knn_top1(train_f, train_y, test_f, test_y, k=cfg.knn_k)
+
+
+def rewrite_metrics_upto(path: Path, epoch: int) -> None:
+    """Keep the lines of epochs a checkpoint covers (a crash may have logged a later one)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= epoch]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg, args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    cfg = resolve_run(cfg, args, overrides)
+    run_dir = Path(cfg.output_dir)
+    accelerator = Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        log_with=cfg.log_with,
+        project_dir=str(run_dir),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
+    )
+    world = accelerator.num_processes
+    if cfg.batch_size % world:
+        raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
+
+    data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed)
+    per_process = cfg.batch_size // world
+    if cfg.batch_size > len(data.train):
+        raise SystemExit(
+            f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
+            f"{cfg.dataset}{f' (subset {cfg.subset})' if cfg.subset else ''}: no full batch exists. "
+            f"Pass --batch_size {len(data.train)} or smaller."
+        )
+    if args.overwrite and accelerator.is_main_process and run_dir.exists():
+        shutil.rmtree(run_dir)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(cfg.to_json() + "\n")
+
+    set_seed(cfg.seed)
+    image_size = cfg.image_size or data.spec.image_size
+    encoder = hscl_zoo.create_model(
+        cfg.backbone,
+        num_classes=len(data.class_names),
+        image_size=image_size,
+        small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
+        class_names=data.class_names,
+        mean=data.spec.mean,
+        std=data.spec.std,
+    )
+    train_set = MultiViewDataset(
+        data.train,
+        simclr_transform(image_size, mean=data.spec.mean, std=data.spec.std),
+        views=cfg.views,
+        label_positive=cfg.label_positive_pairing,
+        seed=cfg.seed,
+    )
+    loader = make_loader(train_set, per_process, shuffle=True, seed=cfg.seed, num_workers=cfg.num_workers,
+                         drop_last=True, persistent_workers=cfg.num_workers > 0)
+    model = ProjectionModel(encoder)
+    optimizer = build_optimizer(cfg, model.parameters())
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    loss_fn = hscl_zoo.build_loss(cfg.method, **cfg.loss_kwargs())
+    if cfg.log_with:
+        accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
+
+    start_epoch = 1
+    metrics_path = run_dir / "metrics.jsonl"
+    if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(accelerator, checkpoint)
+        start_epoch = state["epoch"] + 1
+        if accelerator.is_main_process:
+            rewrite_metrics_upto(metrics_path, state["epoch"])
+            print(f"resuming {run_dir} after epoch {state['epoch']} ({checkpoint.name})", flush=True)
+    elif accelerator.is_main_process and metrics_path.exists():
+        metrics_path.unlink()
+
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        loader.set_epoch(epoch)
+        train_set.set_epoch(epoch)
+        loss_fn.set_epoch(epoch)
+        meter = diagnostics_meter(cfg, loss_fn)
+        model.train()
+        loss_sum = torch.zeros((), device=accelerator.device)
+        steps, seen, started = 0, 0, time.perf_counter()
+        bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False)
+        for views, labels, _ in bar:
+            B, V = views.shape[:2]
+            z = model(views.flatten(0, 1)).view(B, V, -1)
+            loss = loss_fn(z, labels)
+            optimizer.zero_grad(set_to_none=True)
+            accelerator.backward(loss)
+            optimizer.step()
+            loss_sum += loss.detach()
+            steps += 1
+            seen += B * V * world
+            if cfg.diagnostics:
+                meter.update(z.detach().float(), labels)
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+        seconds = time.perf_counter() - started
+        record: dict[str, Any] = {
+            "epoch": epoch,
+            "train_loss": accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item(),
+            "views_per_second": seen / seconds,
+            "epoch_seconds": seconds,
+        }
+        if cfg.method == "hscl-tau":
+            record["threshold"] = loss_fn.hardening.current_level
+        if cfg.diagnostics:
+            record.update(reduce_diagnostics(accelerator, meter))
+        if accelerator.is_main_process:
+            record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+        if cfg.log_with:
+            accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
+        save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints)
+
+    result: dict[str, Any] = {}
+    if accelerator.is_main_process:
+        evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
+                                      device=accelerator.device)
+        encoder.classifier.load_state_dict(evaluation.pop("head"))
+        (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+        history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+        hub_dir = write_hub_folder(
+            encoder, run_dir / "hub", training=training_summary(cfg, world, len(data.class_names)), evaluation=evaluation, history=history
+        )
+        result = {**evaluation, "hub_dir": str(hub_dir)}
+        print(
+            f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
+            f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
+            f"({len(data.test)} images). Hub-ready folder: {hub_dir}",
+            flush=True,
+        )
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return result
+
+
+def reduce_diagnostics(accelerator: Accelerator, meter: DiagnosticsMeter) -> dict[str, float]:
+    """Pool the per-process diagnostics: anchor counts add up, batch losses average."""
+    sums = torch.tensor(
+        [meter.holds, meter.eligible, meter.batches, meter.lemma_batches_held, *meter.loss_sums.values()],
+        dtype=torch.float64,
+        device=accelerator.device,
+    )
+    sums = accelerator.reduce(sums, reduction="sum")
+    holds, eligible, batches, held, *losses = sums.tolist()
+    out = {"assumption_fraction": holds / eligible if eligible else float("nan")}
+    out.update({f"loss_{k}": v / max(batches, 1) for k, v in zip(meter.loss_sums, losses)})
+    out["lemma_held_fraction"] = held / max(batches, 1)
+    return out
+
+
+if __name__ == "__main__":
+    main()
