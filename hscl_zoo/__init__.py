@@ -13,3 +13,6 @@ from hscl_zoo.registry import ZooEntry, info, list_models
 from hscl_zoo.hub import load, push_to_hub, save_pretrained
 
 # data and evaluation (issue 4)
+from hscl_zoo.data import DATASETS, DatasetSpec, LoadedData, load_split, load_splits
+from hscl_zoo.augment import MultiViewDataset, eval_transform, make_loader, simclr_transform
+from hscl_zoo.evaluation import ProbeResult, evaluate_encoder, extract_features, knn_top1, linear_probe
