@@ -140,6 +140,23 @@ def test_eval_transform_squash_and_grayscale():
     assert torch.allclose(out[2] * STD[2] + MEAN[2], torch.tensor(128 / 255), atol=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("shape", "size", "extra"),
+    [
+        ((64, 64), 32, {"interpolation": "bicubic", "crop_pct": 1.0}),
+        ((64, 48), 56, {"interpolation": "bilinear", "crop_pct": 0.875}),
+        ((96, 96), 64, {"interpolation": "bicubic", "crop_pct": 0.9, "crop_mode": "squash"}),
+    ],
+)
+def test_eval_transform_agrees_with_timm(shape, size, extra):
+    import timm.data
+
+    image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (*shape, 3), dtype=np.uint8))
+    config = cfg(size, **extra)
+    expected = timm.data.create_transform(**config)(image)
+    torch.testing.assert_close(eval_transform(config)(image), expected)
+
+
 def test_eval_transform_accepts_dataclass_config(colour_image):
     @dataclass(frozen=True)
     class PretrainedCfg:
