@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 import hscl_zoo
 from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform
-from hscl_zoo.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
+from hscl_zoo.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from hscl_zoo.config import PretrainConfig, parse_overrides
 from hscl_zoo.data import load_splits
 from hscl_zoo.diagnostics import DiagnosticsMeter
@@ -149,7 +149,15 @@ def rewrite_metrics_upto(path: Path, epoch: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg, args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    """Run the recipe; bad settings, data or checkpoints end it with `error: ...` and exit status 1."""
+    try:
+        return pretrain(sys.argv[1:] if argv is None else argv)
+    except (ValueError, CheckpointError) as error:
+        raise SystemExit(f"error: {error}") from error
+
+
+def pretrain(argv: list[str]) -> dict[str, Any]:
+    cfg, args, overrides = parse_args(argv)
     cfg = resolve_run(cfg, args, overrides)
     run_dir = Path(cfg.output_dir)
     accelerator = Accelerator(

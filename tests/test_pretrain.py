@@ -1,0 +1,180 @@
+"""recipes/pretrain.py end to end: real `accelerate launch`, resume after a kill, two processes, bad input."""
+
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+import hscl_zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "pretrain.py"
+ACCELERATE = Path(sys.executable).with_name("accelerate")
+TINY = ["--subset", "200", "--batch_size", "64", "--probe_epochs", "10", "--monitor_train_size", "200"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def load_recipe():
+    spec = importlib.util.spec_from_file_location("pretrain_recipe", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def launch(*args, processes=1, timeout=600):
+    """`accelerate launch` on the CPU; several processes go through its torchrun launcher (gloo)."""
+    mode = ["--multi_gpu"] if processes > 1 else ["--cpu"]
+    cmd = [str(ACCELERATE), "launch", *mode, "--num_processes", str(processes), "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), *args]
+    env = {**ENV, "ACCELERATE_USE_CPU": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_default_under_accelerate_launch_is_well_above_chance(tmp_path):
+    out = tmp_path / "run"
+    result = launch("--epochs", "2", "--subset", "700", "--probe_epochs", "50", "--output_dir", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(l for l in result.stdout.splitlines() if l.startswith("linear-probe top-1"))
+    assert f"Hub-ready folder: {out / 'hub'}" in line
+    evaluation = json.loads((out / "linear_eval.json").read_text())
+    assert evaluation["top1"] > 40.0, f"chance is 10%: {evaluation['top1']}"
+    assert evaluation["protocol"]["report"] == "last epoch"
+    history = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == [1, 2]
+    for key in ("train_loss", "knn_top1", "assumption_fraction", "loss_ucl", "loss_scl", "loss_hucl", "loss_hscl"):
+        assert all(isinstance(h[key], float) for h in history), key
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["dataset"] == "digits" and saved["epochs"] == 2
+    model = hscl_zoo.load(f"local-dir:{out / 'hub'}")
+    assert model.training_summary["method"] == "hscl-beta"
+    assert (out / "hub" / "README.md").read_text().startswith("---")
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_equals_the_uninterrupted_run(tmp_path):
+    common = [*TINY, "--epochs", "3", "--method", "hscl-tau"]
+    straight = tmp_path / "straight"
+    result = subprocess.run([sys.executable, str(RECIPE), *common, "--output_dir", str(straight)],
+                            capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    broken = tmp_path / "broken"
+    proc = subprocess.Popen([sys.executable, str(RECIPE), *common, "--output_dir", str(broken)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
+    marker = broken / "checkpoints" / "epoch_0001" / "state.json"
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (broken / "hub" / "model.safetensors").exists(), "the run finished before it could be interrupted"
+
+    refused = subprocess.run([sys.executable, str(RECIPE), *common, "--output_dir", str(broken)],
+                             capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    assert refused.returncode != 0 and "--resume" in refused.stderr
+
+    resumed = subprocess.run([sys.executable, str(RECIPE), "--output_dir", str(broken), "--resume"],
+                             capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout
+    a = load_file(straight / "hub" / "model.safetensors")
+    b = load_file(broken / "hub" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert (a[key] == b[key]).all(), key
+    lines = lambda p: [json.loads(l)["train_loss"] for l in (p / "metrics.jsonl").read_text().splitlines()]
+    assert lines(straight) == lines(broken)
+
+
+@pytest.mark.slow
+def test_two_processes_train_with_global_negatives(tmp_path):
+    out = tmp_path / "ddp"
+    result = launch(*TINY, "--epochs", "1", "--output_dir", str(out), processes=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "hub" / "config.json").read_text())["training"]
+    assert summary["num_processes"] == 2 and summary["global_batch_size"] == 64
+    history = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert history["train_loss"] > 0 and 0.0 <= history["assumption_fraction"] <= 1.0
+
+
+# ---- bad input: a clear message, nothing lost ----
+
+def run_main(recipe, args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.main(args)
+    captured = capsys.readouterr()
+    return str(exit_info.value.code) + captured.err
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    return load_recipe()
+
+
+def test_unknown_dataset(recipe, tmp_path, capsys):
+    message = run_main(recipe, ["--dataset", "mnist", "--output_dir", str(tmp_path / "r")], capsys)
+    assert "unknown dataset 'mnist'" in message and "cifar10" in message
+
+
+def test_data_dir_without_expected_columns(recipe, tmp_path, capsys):
+    import datasets
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for split in ("train", "test"):
+        datasets.Dataset.from_dict({"pixels": [[0, 1]], "target": [0]}).to_parquet(bad / f"{split}-00000-of-00001.parquet")
+    message = run_main(recipe, ["--dataset", "cifar10", "--data_dir", str(bad), "--output_dir", str(tmp_path / "r")], capsys)
+    assert "img" in message and "pixels" in message
+
+
+def test_unknown_config_key_lists_valid_ones(recipe, tmp_path, capsys):
+    message = run_main(recipe, ["--learning_rate", "0.1", "--output_dir", str(tmp_path / "r")], capsys)
+    assert "learning_rate" in message and "Valid keys" in message and "lr" in message
+
+
+def test_batch_larger_than_dataset(recipe, tmp_path, capsys):
+    message = run_main(recipe, ["--subset", "100", "--batch_size", "512", "--output_dir", str(tmp_path / "r")], capsys)
+    assert "batch_size 512 is larger than the 100 training images" in message and "--batch_size 100" in message
+    assert not (tmp_path / "r").exists()
+
+
+def test_existing_run_is_refused_and_untouched(recipe, tmp_path, capsys):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    before = snapshot(run)
+    message = run_main(recipe, ["--output_dir", str(run)], capsys)
+    assert "already holds a run" in message and "--resume" in message and "--overwrite" in message
+    assert snapshot(run) == before
+
+
+def test_resume_with_changed_settings_is_refused(recipe, tmp_path, capsys):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.json").write_text(hscl_zoo.config.PretrainConfig(output_dir=str(run)).to_json())
+    message = run_main(recipe, ["--output_dir", str(run), "--resume", "--lr", "0.5"], capsys)
+    assert "lr" in message and "saved config" in message
+
+
+def test_corrupt_checkpoint_on_resume(recipe, tmp_path, capsys):
+    run = tmp_path / "r"
+    recipe.main([*TINY, "--epochs", "1", "--probe_epochs", "1", "--output_dir", str(run)])
+    checkpoint = run / "checkpoints" / "epoch_0001"
+    weights = next(checkpoint.glob("*.safetensors"))
+    weights.write_bytes(b"not a safetensors file")
+    before = snapshot(run)
+    message = run_main(recipe, ["--output_dir", str(run), "--resume"], capsys)
+    assert "cannot resume from" in message and "epoch_0001" in message and "--overwrite" in message
+    assert snapshot(run) == before
