@@ -145,6 +145,14 @@ def bench(fns: dict[str, LossFn], threads: int, B: int, args: argparse.Namespace
     return times
 
 
+def quartiles(times: list[float]) -> tuple[float, float]:
+    """(75th, 25th) percentile of one method's timings: their ratio shows how noisy the cell was."""
+    if len(times) < 2:
+        return times[0], times[0]
+    q = statistics.quantiles(times, n=4)
+    return q[2], q[0]
+
+
 def fmt_ms(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -203,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  done: threads={threads} B={B} (1-min load average {load_before:.2f} -> {load_after:.2f})", flush=True)
 
     names = [n for n in fns]
-    header = ["threads", "B", *names, "hscl-beta / floor", "official / hscl-beta", "loop / hscl-beta"]
+    header = ["threads", "B", *names, "hscl-beta / floor", "official / hscl-beta", "loop / hscl-beta", "spread", "load"]
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|")
@@ -214,13 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             fmt_ratio(med["hscl-beta"], med["floor"]),
             fmt_ratio(med["official-style"], med["hscl-beta"]),
             fmt_ratio(med.get("loop-reference"), med["hscl-beta"]),
+            fmt_ratio(*quartiles(row["times_s"]["hscl-beta"])),
+            f"{row['load'][0]:.1f}-{row['load'][1]:.1f}",
         ]
         print("| " + " | ".join(cells) + " |")
     print()
     print(f"Times in ms (median). loop-reference (tests/reference_losses.py, H-SCL(beta)) is timed only for "
           f"B <= {args.reference_max_batch} with {args.reference_repeats} repeats: its Python loop over "
           f"anchor x candidate pairs takes tens of seconds per call at B = 128 and grows ~4x per doubling of B; "
-          f"'-' marks the skipped cells.")
+          f"'-' marks the skipped cells. spread: 75th / 25th percentile of the hscl-beta timings (near 1x on a "
+          f"quiet machine); load: the 1-minute load average before and after the cell, on {os.cpu_count()} cores.")
     if args.json is not None:
         args.json.write_text(json.dumps(dict(
             device=args.device, device_name=device_name, torch=torch.__version__, views=args.views, dim=args.dim,
