@@ -371,3 +371,38 @@ def test_raw_loader_batches_feed_the_augmenter(small_train):
     assert torch.equal(images, raw.images[index])
     views = BatchSimCLRAugment(16, mean=MEAN, std=STD)(images)
     assert views.shape == (8, 2, 3, 16, 16) and torch.isfinite(views).all()
+
+
+def view_statistics(views: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per-view luminance, contrast, saturation quantiles and the grey fraction of (n, 3, H, W) views in [0, 1]."""
+    saturation = (views.amax(1) - views.amin(1)).mean((1, 2))
+    q = lambda t: np.quantile(t.numpy(), [0.1, 0.5, 0.9])  # noqa: E731
+    return {
+        "luminance": q(views.mean((1, 2, 3))),
+        "contrast": q(views.std((1, 2, 3))),
+        "saturation": q(saturation),
+        "grey": np.array([(saturation < 0.01).float().mean().item()]),
+    }
+
+
+@pytest.fixture(scope="module")
+def cifar_rows_and_cpu_statistics(shared_data):
+    from hscl_zoo.data import load_split
+
+    rows = load_split("cifar10", "test", shared_data / "cifar10").select(range(300))
+    cpu = simclr_transform(32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    torch.manual_seed(0)
+    cpu_views = torch.stack([cpu(rows[i]["image"]) for i in range(300) for _ in range(4)])
+    return rows, view_statistics(cpu_views)
+
+
+@pytest.mark.parametrize("broken", [None, {"strength": 0.0}, {"grayscale_p": 0.0}])
+def test_view_pixel_statistics_match_the_cpu_pipeline(cifar_rows_and_cpu_statistics, broken):
+    """On real CIFAR-10 images the views' brightness/contrast/saturation spread and grey fraction match
+    the CPU pipeline's; switching jitter or grayscale off is detected (the check has teeth)."""
+    rows, theirs = cifar_rows_and_cpu_statistics
+    gpu = BatchSimCLRAugment(32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), views=4, seed=0, **(broken or {}))
+    ours = view_statistics(gpu(RawImageDataset(rows, cache=True).images).flatten(0, 1))
+    tolerance = {"luminance": 0.03, "contrast": 0.02, "saturation": 0.03, "grey": 0.05}
+    close = all(np.abs(ours[k] - theirs[k]).max() <= tolerance[k] for k in tolerance)
+    assert close == (broken is None), (ours, theirs)

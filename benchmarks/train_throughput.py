@@ -1,0 +1,473 @@
+"""Images per second of contrastive pretraining: the full step, the data pipeline, the compute.
+
+Three modes, each printing markdown tables of medians (ratios come from the same run):
+
+* default: for every backbone x stem x loss x configuration, three rows, in images per second
+  counting every view (the paper's ~560 img/s on an A100 counts both views):
+    - data:    the data pipeline alone: decode -> augment -> views on the device, per batch;
+    - compute: the step alone on pre-made tensors already on the device:
+               forward both views -> loss -> backward -> optimizer step;
+    - e2e:     the whole step fed by the pipeline (what a training run gets).
+  Configurations: "plain" (the recipe today: CPU SimCLR transforms in DataLoader workers, fp32,
+  contiguous, eager, unfused Adam) and, when any option flag is given, "fast" with those
+  options. Peak device memory per stage on CUDA (torch.cuda.max_memory_allocated).
+* ``--augment-bench``: the augmentation alone, uint8 batch -> normalised views: our batched torch
+  ops (hscl_zoo.gpu_augment), kornia.augmentation, and the CPU per-image pipeline (one process).
+* ``--loss-memory``: peak memory of one loss forward + backward at N = 2 x {512, 1024, 2048, 4096}
+  views (d = 128), for each loss. CUDA: torch.cuda.max_memory_allocated above the inputs. CPU:
+  the growth of the process's peak resident set (VmHWM, reset through /proc/self/clear_refs)
+  over the resident set before the call, with glibc told to mmap every block over 64 KiB (so
+  freed N x N buffers leave the resident set); both are also given in units of one N x N
+  float32 matrix.
+
+    python benchmarks/train_throughput.py --device cpu --backbones resnet18 --steps 3
+    python benchmarks/train_throughput.py --device cuda --backbones resnet18 resnet50 --batch-size 512 \\
+        --channels-last --compile --fused-optim --gpu-augment --bf16 --cache --workers 16
+    python benchmarks/train_throughput.py --augment-bench --device cuda
+    python benchmarks/train_throughput.py --loss-memory --device cuda
+
+Data: the CIFAR-10 train parquet of ../shared/data/cifar10 when present (``--data-dir``), its
+first ``--rows`` rows; otherwise random 32x32 images encoded as PNG, so decoding is always real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "recipes"))
+
+import datasets  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import hscl_zoo  # noqa: E402
+from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform  # noqa: E402
+from hscl_zoo.data import DatasetSpec, get_spec, load_split  # noqa: E402
+from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset  # noqa: E402
+from hscl_zoo.losses import LOSS_NAMES  # noqa: E402
+from pretrain import ProjectionModel  # noqa: E402
+
+warnings.filterwarnings("ignore", message=".*pin_memory.*")
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "cifar10"
+NUM_CLASSES = 10
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_mib(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return None
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def timed_steps(step: Callable[[], None], device: torch.device, warmup: int, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` calls after ``warmup`` calls, the device synchronised after each."""
+    for _ in range(warmup):
+        step()
+    sync(device)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def cycle(loader) -> Iterator:
+    epoch = 0
+    while True:
+        epoch += 1
+        loader.set_epoch(epoch)
+        if hasattr(loader.dataset, "set_epoch"):
+            loader.dataset.set_epoch(epoch)
+        yield from loader
+
+
+def load_data(args: argparse.Namespace) -> tuple[datasets.Dataset, DatasetSpec, str]:
+    spec = get_spec("cifar10")
+    data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA
+    if data_dir.is_dir():
+        train = load_split("cifar10", spec.train_split, data_dir)
+        rows = min(args.rows, len(train))
+        return train.select(range(rows)), spec, f"CIFAR-10 train ({data_dir}), first {rows} rows"
+    rng = np.random.default_rng(0)
+    images = []
+    for _ in range(args.rows):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, format="PNG")
+        images.append({"bytes": buffer.getvalue(), "path": None})
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=NUM_CLASSES)})
+    table = datasets.Dataset.from_dict({"image": images, "label": (np.arange(args.rows) % NUM_CLASSES).tolist()}, features)
+    return table, spec, f"synthetic: {args.rows} random 32x32 PNG images ({data_dir} not found)"
+
+
+# ------------------------------------------------------------------------------------------ one configuration
+
+
+class Config:
+    def __init__(self, name: str, args: argparse.Namespace, fast: bool) -> None:
+        on = lambda flag: fast and bool(getattr(args, flag))  # noqa: E731
+        self.name = name
+        self.channels_last = on("channels_last")
+        self.compile = on("compile")
+        self.compile_loss = on("compile_loss")
+        self.fused_optim = on("fused_optim")
+        self.gpu_augment = on("gpu_augment")
+        self.bf16 = on("bf16")
+        self.cache = on("cache")
+
+    def label(self) -> str:
+        opts = [k for k in ("channels_last", "compile", "compile_loss", "fused_optim", "gpu_augment", "bf16", "cache")
+                if getattr(self, k)]
+        return self.name + (f" ({', '.join(o.replace('_', '-') for o in opts)})" if opts else "")
+
+
+def make_pipeline(cfg: Config, train: datasets.Dataset, spec: DatasetSpec, args: argparse.Namespace,
+                  device: torch.device) -> tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], Any]:
+    """A callable giving the next (views (B*V, 3, S, S) on the device, labels) batch, and its loader."""
+    pin = device.type == "cuda"
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    if cfg.gpu_augment:
+        dataset = RawImageDataset(train, cache=cfg.cache)
+        augment = BatchSimCLRAugment(32, mean=spec.mean, std=spec.std, views=args.views, seed=0).to(device)
+    else:
+        dataset = MultiViewDataset(train, simclr_transform(32, mean=spec.mean, std=spec.std), views=args.views)
+        augment = None
+    loader = make_loader(dataset, args.batch_size, seed=0, num_workers=args.workers, drop_last=True,
+                         pin_memory=pin, persistent_workers=args.workers > 0)
+    batches = cycle(loader)
+
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels, _ = next(batches)
+        images = images.to(device, non_blocking=pin)
+        labels = labels.to(device, non_blocking=pin)
+        views = augment(images) if augment is not None else images
+        return views.flatten(0, 1).contiguous(memory_format=memory_format), labels
+
+    return next_batch, loader
+
+
+def make_step(cfg: Config, backbone: str, stem: str, loss_name: str, args: argparse.Namespace,
+              device: torch.device) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], dict[str, float]]:
+    encoder = hscl_zoo.create_model(backbone, num_classes=NUM_CLASSES, image_size=32, small_stem=stem == "small")
+    model = ProjectionModel(encoder).to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-6, fused=cfg.fused_optim or None)
+    loss_kwargs: dict[str, Any] = {"temperature": 0.5}
+    if loss_name == "hscl-tau":
+        loss_kwargs["threshold"] = -0.1
+    loss_fn = hscl_zoo.build_loss(loss_name, **loss_kwargs)
+    forward: Callable[[torch.Tensor], torch.Tensor] = torch.compile(model) if cfg.compile else model
+    loss_call = torch.compile(loss_fn) if cfg.compile_loss else loss_fn
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if cfg.bf16 else nullcontext
+    model.train()
+
+    def step(views: torch.Tensor, labels: torch.Tensor) -> None:
+        with autocast():
+            z = forward(views).view(labels.shape[0], -1, 128)
+            loss = loss_call(z, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step, {}
+
+
+def run_config(cfg: Config, backbone: str, stem: str, loss_name: str, train, spec, args, device) -> list[dict[str, Any]]:
+    views_per_batch = args.batch_size * args.views
+    rows: list[dict[str, Any]] = []
+    base = {"backbone": backbone, "stem": stem, "loss": loss_name, "config": cfg.label()}
+
+    def record(stage: str, times: list[float], extra: dict[str, Any] | None = None) -> None:
+        median = statistics.median(times)
+        rows.append({**base, "stage": stage, "img_per_s": views_per_batch / median, "ms_per_step": 1e3 * median,
+                     "steps": len(times), "peak_mib": peak_mib(device), **(extra or {})})
+
+    # data only
+    torch.manual_seed(0)
+    next_batch, loader = make_pipeline(cfg, train, spec, args, device)
+    reset_peak(device)
+    record("data", timed_steps(next_batch, device, args.warmup, args.steps))
+
+    # compute only, on pre-made tensors
+    step, _ = make_step(cfg, backbone, stem, loss_name, args, device)
+    gen = torch.Generator().manual_seed(0)
+    views = torch.randn(views_per_batch, 3, 32, 32, generator=gen).to(device)
+    if cfg.channels_last:
+        views = views.contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, NUM_CLASSES, (args.batch_size,), generator=gen).to(device)
+    first = time.perf_counter()
+    step(views, labels)  # first call: compilation when asked, allocator warm-up
+    sync(device)
+    first_s = time.perf_counter() - first
+    reset_peak(device)
+    record("compute", timed_steps(lambda: step(views, labels), device, max(args.warmup - 1, 0), args.steps),
+           {"first_step_s": first_s})
+
+    # end to end
+    reset_peak(device)
+    record("e2e", timed_steps(lambda: step(*next_batch()), device, args.warmup, args.steps))
+    del loader, next_batch
+    gc.collect()
+    return rows
+
+
+def print_throughput(rows: list[dict[str, Any]]) -> None:
+    print("| backbone | stem | loss | config | stage | img/s | ms/step | peak MiB | vs plain |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|")
+    plain = {(r["backbone"], r["stem"], r["loss"], r["stage"]): r["img_per_s"] for r in rows if r["config"] == "plain"}
+    for r in rows:
+        ref = plain.get((r["backbone"], r["stem"], r["loss"], r["stage"]))
+        ratio = "-" if ref is None or r["config"] == "plain" else f"{r['img_per_s'] / ref:.2f}x"
+        print(f"| {r['backbone']} | {r['stem']} | {r['loss']} | {r['config']} | {r['stage']} | {fmt(r['img_per_s'])} | "
+              f"{fmt(r['ms_per_step'])} | {fmt(r['peak_mib'], 0)} | {ratio} |")
+    firsts = [r for r in rows if r["stage"] == "compute" and "compile" in r["config"]]
+    for r in firsts:
+        print(f"\nfirst compute step (includes compilation) of {r['backbone']}/{r['stem']}/{r['loss']}/{r['config']}: "
+              f"{r['first_step_s']:.1f} s")
+
+
+# ------------------------------------------------------------------------------------------ augment-only mode
+
+
+def kornia_pipeline(spec: DatasetSpec, kernel: int, device: torch.device) -> torch.nn.Module:
+    import kornia.augmentation as K
+
+    return torch.nn.Sequential(
+        K.RandomResizedCrop((32, 32), scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)),
+        K.RandomHorizontalFlip(p=0.5),
+        K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
+        K.RandomGrayscale(p=0.2),
+        K.RandomGaussianBlur((kernel, kernel), (0.1, 2.0), p=0.5),
+        K.Normalize(torch.tensor(spec.mean), torch.tensor(spec.std)),
+    ).to(device)
+
+
+def augment_bench(train, spec, args, device) -> list[dict[str, Any]]:
+    import kornia
+
+    raw = RawImageDataset(train.select(range(min(len(train), args.batch_size))), cache=True)
+    images = raw.images.to(device)
+    ours = BatchSimCLRAugment(32, mean=spec.mean, std=spec.std, views=args.views).to(device)
+    theirs = kornia_pipeline(spec, ours.blur_kernel, device)
+    cpu_transform = simclr_transform(32, mean=spec.mean, std=spec.std)
+    pil = [train[i]["image"] for i in range(min(len(train), args.batch_size))]
+    n_views = images.shape[0] * args.views
+
+    def kornia_call() -> None:
+        x = images.float().div_(255).repeat_interleave(args.views, dim=0)
+        theirs(x)
+
+    def cpu_call() -> None:
+        for image in pil:
+            for _ in range(args.views):
+                cpu_transform(image)
+
+    methods = {"torch (hscl_zoo.gpu_augment)": lambda: ours(images), f"kornia {kornia.__version__}": kornia_call,
+               "CPU per-image pipeline, 1 process": cpu_call}
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for fn in methods.values():  # warm-up
+        fn()
+    sync(device)
+    names = list(methods)
+    for r in range(args.repeats):  # rotating order: drifts of a shared machine hit all alike
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            start = time.perf_counter()
+            methods[name]()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    ref = statistics.median(times[names[0]])
+    rows = []
+    print(f"| augmentation ({images.shape[0]} images x {args.views} views, 32x32, {device}) | ms/batch | views/s | time vs torch |")
+    print("|---|---:|---:|---:|")
+    for name in names:
+        med = statistics.median(times[name])
+        rows.append({"method": name, "ms_per_batch": 1e3 * med, "views_per_s": n_views / med, "ratio": med / ref})
+        print(f"| {name} | {1e3 * med:,.1f} | {n_views / med:,.0f} | {med / ref:.2f}x |")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ loss-memory mode
+
+
+def _status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def memory_subject(name: str, N: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A loss by name, or a reference: "calibration" keeps exactly one N x N float32 matrix alive
+    while it returns (the measurement should read 1.00), "floor" is one similarity matmul plus one
+    logsumexp (the least any of these losses must hold)."""
+    if name == "calibration":
+        def one_matrix(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            n = features.shape[0] * features.shape[1]
+            block = torch.ones(n, n, device=features.device)  # written, so resident
+            return features.sum() * block[-1, -1]
+        return one_matrix
+    if name == "floor":
+        def floor(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            flat = torch.nn.functional.normalize(features.reshape(-1, features.shape[-1]), dim=-1)
+            return torch.logsumexp(flat @ flat.T / 0.5, dim=1).mean()
+        return floor
+    kwargs: dict[str, Any] = {"temperature": 0.5}
+    if name == "hscl-tau":
+        kwargs["threshold"] = -0.1
+    return hscl_zoo.build_loss(name, **kwargs)
+
+
+def loss_memory(args, device) -> list[dict[str, Any]]:
+    if device.type == "cpu":
+        if platform.system() != "Linux":
+            raise SystemExit("--loss-memory on CPU reads /proc/self (Linux only); run it on CUDA elsewhere.")
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: big blocks are mmapped and returned on free
+    rows = []
+    print(f"| loss | N (views) | peak MiB | in N x N float32 | fwd+bwd ms | measured by ({device}) |")
+    print("|---|---:|---:|---:|---:|---|")
+    for B in args.memory_batches:
+        N = B * 2
+        gen = torch.Generator().manual_seed(0)
+        base_features = torch.randn(B, 2, 128, generator=gen)
+        labels = torch.randint(0, NUM_CLASSES, (B,), generator=gen).to(device)
+        for name in ["calibration", "floor", *args.losses]:
+            loss_fn = memory_subject(name, N)
+            features = base_features.to(device).requires_grad_(True)
+            small = torch.randn(8, 2, 128, device=device, requires_grad=True)
+            loss_fn(small, labels[:8]).backward()  # load kernels before measuring
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            else:
+                Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current VmRSS
+                before = _status_kib("VmRSS") * 1024
+            start = time.perf_counter()
+            loss_fn(features, labels).backward()
+            sync(device)
+            seconds = time.perf_counter() - start
+            if device.type == "cuda":
+                peak = torch.cuda.max_memory_allocated() - before
+                how = "max_memory_allocated"
+            else:
+                peak = _status_kib("VmHWM") * 1024 - before
+                how = "peak RSS growth"
+            units = peak / (4 * N * N)
+            rows.append({"loss": name, "N": N, "peak_mib": peak / 2**20, "nxn_float32": units, "ms": 1e3 * seconds})
+            print(f"| {name} | {N} | {peak / 2**20:,.0f} | {units:.2f} | {1e3 * seconds:,.0f} | {how} |", flush=True)
+            del features, loss_fn
+            gc.collect()
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--backbones", nargs="+", default=["resnet18", "resnet50"])
+    p.add_argument("--stems", nargs="+", default=["small"], choices=["small", "default"])
+    p.add_argument("--losses", nargs="+", default=list(LOSS_NAMES), choices=list(LOSS_NAMES))
+    p.add_argument("--batch-size", type=int, default=64, help="images per step (views = batch x --views)")
+    p.add_argument("--views", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per stage (median reported)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 16))
+    p.add_argument("--data-dir", default=None, help=f"CIFAR-10 parquet folder (default {DEFAULT_DATA})")
+    p.add_argument("--rows", type=int, default=4096, help="rows of the training split to use")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    for flag, text in [("channels-last", "model and inputs in channels_last"), ("compile", "torch.compile the model"),
+                       ("compile-loss", "torch.compile the loss"), ("fused-optim", "Adam(fused=True)"),
+                       ("gpu-augment", "raw uint8 loader + BatchSimCLRAugment on --device"),
+                       ("bf16", "bf16 autocast (losses compute in float32)"),
+                       ("cache", "with --gpu-augment: decode the rows once into a uint8 tensor")]:
+        p.add_argument(f"--{flag}", action="store_true", help=text)
+    p.add_argument("--no-plain", action="store_true", help="skip the plain configuration")
+    p.add_argument("--augment-bench", action="store_true", help="time the augmentation alone: torch vs kornia vs CPU")
+    p.add_argument("--repeats", type=int, default=5, help="repeats of --augment-bench")
+    p.add_argument("--loss-memory", action="store_true", help="peak memory of loss forward+backward per N")
+    p.add_argument("--memory-batches", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    p.add_argument("--json", default=None, help="also write the rows to this file")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"device: {device} ({name}); torch {torch.__version__}; {os.cpu_count()} CPU cores, "
+          f"{torch.get_num_threads()} intra-op threads; load average {load}")
+    out: dict[str, Any] = {"device": str(device), "device_name": name, "torch": torch.__version__, "load_before": load,
+                           "args": vars(args)}
+    if args.loss_memory:
+        out["loss_memory"] = loss_memory(args, device)
+    else:
+        train, spec, source = load_data(args)
+        print(f"data: {source}; batch {args.batch_size} images x {args.views} views; workers {args.workers}; "
+              f"{args.steps} timed steps after {args.warmup} warm-up\n")
+        if args.augment_bench:
+            out["augment"] = augment_bench(train, spec, args, device)
+        else:
+            configs = [] if args.no_plain else [Config("plain", args, fast=False)]
+            if any(getattr(args, k) for k in ("channels_last", "compile", "compile_loss", "fused_optim", "gpu_augment",
+                                             "bf16", "cache")):
+                configs.append(Config("fast", args, fast=True))
+            rows = []
+            for backbone in args.backbones:
+                for stem in args.stems:
+                    for loss_name in args.losses:
+                        for cfg in configs:
+                            rows += run_config(cfg, backbone, stem, loss_name, train, spec, args, device)
+                            print(f"  done: {backbone}/{stem}/{loss_name}/{cfg.label()}", file=sys.stderr, flush=True)
+            print_throughput(rows)
+            out["rows"] = rows
+    out["load_after"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"\nload average after: {out['load_after']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
