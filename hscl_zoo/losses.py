@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hscl_zoo.fused_loss import fused_applicable, fused_psi_sum
 from hscl_zoo.distributed import gather_with_grad, is_distributed, world_size
 from hscl_zoo.hardening import (
     ExponentialTilt,
@@ -129,6 +130,29 @@ class ContrastiveLoss(nn.Module):
 
     def _pair_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int) -> tuple[Tensor, Tensor]:
         """Sum of psi over this process's (anchor, positive) pairs, and how many pairs there are."""
+        B, V, _ = z.shape
+        M = self.M if self.M is not None else max(z_all.shape[0] * V - 2, 1)
+        if fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype):
+            return self._fused_psi_sum(z, z_all, labels_all, offset, M)
+        return self._masked_psi_sum(z, z_all, labels_all, offset, M)
+
+    def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
+        """The fast path (hscl_zoo.fused_loss): image-level sets broadcast over views."""
+        B, V, _ = z.shape
+        images = torch.arange(z_all.shape[0], device=z.device)
+        same_image = images[offset : offset + B, None] == images[None, :]
+        if labels_all is not None:
+            same_label = labels_all[offset : offset + B, None] == labels_all[None, :]
+        negative = ~same_image if self.negatives == "other-images" else ~same_label
+        positive = same_image if self.positives == "views" else same_label
+        has_negative = negative.any(dim=1)
+        count = (V * (V * positive.sum(dim=1) - 1) * has_negative).sum()
+        total = fused_psi_sum(z, z_all, positive, negative, offset, M=M, temperature=self.temperature,
+                              hardening=self.hardening, detach_weights=self.detach_weights)
+        return total, count
+
+    def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
+        """The general path: any hardening function, H-UCL debiasing, any temperature."""
         B, V, d = z.shape
         n_all = z_all.shape[0] * V
         g = z.reshape(B * V, d) @ z_all.reshape(n_all, d).T / self.temperature
@@ -137,7 +161,6 @@ class ContrastiveLoss(nn.Module):
         positive = sets.same_image if self.positives == "views" else sets.same_label
         has_negative = negative.any(dim=1)
         log_mean = log_weighted_mean_exp(g, negative, has_negative, self.hardening, self.detach_weights)
-        M = self.M if self.M is not None else max(n_all - 2, 1)
         if self.tau_plus > 0:
             log_mean = debiased_log_mean(log_mean[:, None], g, self.tau_plus, self.temperature)
         else:

@@ -50,7 +50,7 @@ def reference_loss(
             continue
         g = {j: flat[i] @ flat[j] / temperature for j in negatives + positive}
         weights = [1.0 if eta is None else eta(g[j]) for j in negatives]
-        if sum(float(w) for w in weights) == 0:
+        if sum(float(w.detach()) if isinstance(w, torch.Tensor) else w for w in weights) == 0:
             weights = [1.0] * len(negatives)
         mean = sum(w * torch.exp(g[j]) for w, j in zip(weights, negatives)) / sum(weights)
         for p in positive:

@@ -262,3 +262,36 @@ def test_hardening_objects_are_nonnegative_nondecreasing():
     for eta in (ExponentialTilt(1.0), Threshold(0.1, 0.5)):
         w = eta(t)
         assert (w >= 0).all() and (w[1:] >= w[:-1]).all()
+
+
+# ---- the fused fast path and the general masked path agree ----
+
+@pytest.mark.parametrize("V", [2, 3])
+@pytest.mark.parametrize("positives", ["views", "labels"])
+@pytest.mark.parametrize("case", [c for c in CASES if c != "hucl-debiased"])
+def test_fused_and_masked_paths_agree(case, positives, V):
+    from hscl_zoo.fused_loss import fused_applicable
+
+    kwargs, method, _, _ = CASES[case]
+    loss = build_loss(method, positives=positives, **kwargs)
+    f = features(V=V, seed=40 + V).requires_grad_()
+    M = f.shape[0] * V - 2
+    assert fused_applicable(loss.hardening, loss.tau_plus, loss.temperature, M, torch.float64)
+    z = torch.nn.functional.normalize(f, dim=-1)
+    fused_sum, fused_count = loss._fused_psi_sum(z, z, LABELS, 0, M)
+    z = torch.nn.functional.normalize(f, dim=-1)
+    masked_sum, masked_count = loss._masked_psi_sum(z, z, LABELS, 0, M)
+    assert int(fused_count) == int(masked_count)
+    assert fused_sum.item() == pytest.approx(masked_sum.item(), abs=1e-9)
+    (grad_fused,) = torch.autograd.grad(fused_sum, f)
+    (grad_masked,) = torch.autograd.grad(masked_sum, f)
+    torch.testing.assert_close(grad_fused, grad_masked, atol=1e-10, rtol=1e-8)
+
+
+def test_general_path_covers_what_the_fused_one_cannot():
+    from hscl_zoo.fused_loss import fused_applicable
+
+    assert not fused_applicable(None, 0.1, 0.5, 100, torch.float32)  # H-UCL debiasing
+    assert not fused_applicable(torch.nn.functional.softplus, 0.0, 0.5, 100, torch.float32)  # custom eta
+    assert not fused_applicable(ExponentialTilt(1.0), 0.0, 0.05, 100, torch.float32)  # fixed shift would underflow
+    assert fused_applicable(ExponentialTilt(1.0), 0.0, 0.05, 100, torch.float64)
