@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import timm
-import timm.data
 import torch
 import torch.nn.functional as F
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.resnet import ResNet
 from torch import nn
+
+from hscl_zoo.augment import eval_transform
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
 
@@ -29,7 +30,7 @@ CONFIG_LIBRARY_NAME = "hscl_zoo"
 """Marks a config.json as an hscl_zoo encoder (as opposed to a plain timm checkpoint)."""
 
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
-_CROP_MODES = ("center", "squash", "border")
+_CROP_MODES = ("center", "squash")
 _MODEL_ARG_KEYS = ("image_size", "small_stem", "proj_hidden_dim", "proj_dim")
 _RESERVED_TIMM_KWARGS = ("num_classes", "model_name", "pretrained_cfg", "checkpoint_path")
 
@@ -195,15 +196,7 @@ class ContrastiveEncoder(nn.Module):
             "crop_pct": float(crop_pct),
             "crop_mode": crop_mode,
         }
-        self.transform = timm.data.create_transform(
-            input_size=tuple(self.pretrained_cfg["input_size"]),
-            is_training=False,
-            interpolation=interpolation,
-            mean=tuple(self.pretrained_cfg["mean"]),
-            std=tuple(self.pretrained_cfg["std"]),
-            crop_pct=float(crop_pct),
-            crop_mode=crop_mode,
-        )
+        self.transform = eval_transform(self.pretrained_cfg)
         self.training_summary: dict[str, Any] | None = None
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
