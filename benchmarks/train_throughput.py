@@ -182,7 +182,7 @@ def make_pipeline(cfg: Config, train: datasets.Dataset, spec: DatasetSpec, args:
 
 
 def make_step(cfg: Config, backbone: str, stem: str, loss_name: str, args: argparse.Namespace,
-              device: torch.device) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], dict[str, float]]:
+              device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
     encoder = hscl_zoo.create_model(backbone, num_classes=NUM_CLASSES, image_size=32, small_stem=stem == "small")
     model = ProjectionModel(encoder).to(device)
     if cfg.channels_last:
@@ -205,7 +205,7 @@ def make_step(cfg: Config, backbone: str, stem: str, loss_name: str, args: argpa
         loss.backward()
         optimizer.step()
 
-    return step, {}
+    return step
 
 
 def run_config(cfg: Config, backbone: str, stem: str, loss_name: str, train, spec, args, device) -> list[dict[str, Any]]:
@@ -225,7 +225,7 @@ def run_config(cfg: Config, backbone: str, stem: str, loss_name: str, train, spe
     record("data", timed_steps(next_batch, device, args.warmup, args.steps))
 
     # compute only, on pre-made tensors
-    step, _ = make_step(cfg, backbone, stem, loss_name, args, device)
+    step = make_step(cfg, backbone, stem, loss_name, args, device)
     gen = torch.Generator().manual_seed(0)
     views = torch.randn(views_per_batch, 3, 32, 32, generator=gen).to(device)
     if cfg.channels_last:

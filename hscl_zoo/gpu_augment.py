@@ -46,7 +46,6 @@ import datasets
 import numpy as np
 import PIL.Image
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
