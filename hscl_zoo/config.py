@@ -56,10 +56,17 @@ class PretrainConfig:
     mixed_precision: str = "no"  # "no", "bf16", "fp16"
     seed: int = 0
     num_workers: int = 0
+    # fast path (None: on when training on a CUDA device, off on the CPU)
+    channels_last: bool | None = None
+    fused_optimizer: bool | None = None
+    gpu_augment: bool | None = None  # batched SimCLR views on the device from uint8 images
+    cache_images: bool | None = None  # decode the training set once into memory (None: with gpu_augment)
+    compile: bool = False  # torch.compile the model
     # monitoring and evaluation
     knn_k: int = 20
     monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
     diagnostics: bool = True
+    diagnostics_every: int = 1  # batches between diagnostics updates (each one syncs the device)
     probe_epochs: int = 100
     log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
     # output
@@ -77,7 +84,7 @@ class PretrainConfig:
             raise ValueError(f"stem={self.stem!r}: use 'small', 'default' or 'auto'.")
         if self.views < 2:
             raise ValueError(f"views={self.views}: contrastive losses need at least 2 views per image.")
-        for key in ("epochs", "batch_size", "knn_k", "probe_epochs", "keep_checkpoints"):
+        for key in ("epochs", "batch_size", "knn_k", "probe_epochs", "keep_checkpoints", "diagnostics_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)} must be >= 1.")
         if self.num_workers < 0:
@@ -153,6 +160,18 @@ class PretrainConfig:
         if self.method == "hscl-tau":
             kwargs["threshold"] = LinearThresholdSchedule(self.threshold_start, self.threshold_end, self.epochs)
         return kwargs
+
+    def fast_path(self, device_type: str) -> dict[str, bool]:
+        """The fast-path switches resolved for a device: unset ones are on for CUDA only."""
+        on_gpu = device_type == "cuda"
+        gpu_augment = on_gpu if self.gpu_augment is None else self.gpu_augment
+        return {
+            "channels_last": on_gpu if self.channels_last is None else self.channels_last,
+            "fused_optimizer": on_gpu if self.fused_optimizer is None else self.fused_optimizer,
+            "gpu_augment": gpu_augment,
+            "cache_images": gpu_augment if self.cache_images is None else self.cache_images,
+            "compile": self.compile,
+        }
 
     def method_hyperparameters(self) -> dict[str, Any]:
         """The objective's hyperparameters as a model card and config.json report them."""

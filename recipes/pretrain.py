@@ -36,6 +36,7 @@ from hscl_zoo.checkpointing import CheckpointError, latest_checkpoint, load_chec
 from hscl_zoo.config import PretrainConfig, parse_overrides
 from hscl_zoo.data import load_splits
 from hscl_zoo.diagnostics import DiagnosticsMeter
+from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset
 from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1
 from hscl_zoo.publishing import training_summary, write_hub_folder
 
@@ -110,12 +111,13 @@ def resolve_run(cfg: PretrainConfig, args: argparse.Namespace, overrides: dict[s
     return cfg
 
 
-def build_optimizer(cfg: PretrainConfig, params) -> torch.optim.Optimizer:
+def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.Optimizer:
+    fused_arg = {"fused": True} if fused else {}
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused_arg)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused_arg)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **fused_arg)
 
 
 def diagnostics_meter(cfg: PretrainConfig, loss_fn: hscl_zoo.ContrastiveLoss) -> DiagnosticsMeter:
@@ -196,18 +198,25 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         mean=data.spec.mean,
         std=data.spec.std,
     )
-    train_set = MultiViewDataset(
-        data.train,
-        simclr_transform(image_size, mean=data.spec.mean, std=data.spec.std),
-        views=cfg.views,
-        label_positive=cfg.label_positive_pairing,
-        seed=cfg.seed,
-    )
+    fast = cfg.fast_path(accelerator.device.type)
+    augmentation = simclr_transform(image_size, mean=data.spec.mean, std=data.spec.std)
+    augment = None
+    if fast["gpu_augment"]:
+        train_set = RawImageDataset(data.train, cache=fast["cache_images"], label_positive=cfg.label_positive_pairing,
+                                    views=cfg.views, seed=cfg.seed)
+        augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed).to(accelerator.device)
+    else:
+        train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
+                                     label_positive=cfg.label_positive_pairing, seed=cfg.seed)
     loader = make_loader(train_set, per_process, shuffle=True, seed=cfg.seed, num_workers=cfg.num_workers,
-                         drop_last=True, persistent_workers=cfg.num_workers > 0)
+                         drop_last=True, pin_memory=accelerator.device.type == "cuda",
+                         persistent_workers=cfg.num_workers > 0)
     model = ProjectionModel(encoder)
-    optimizer = build_optimizer(cfg, model.parameters())
+    if fast["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    forward = torch.compile(model) if fast["compile"] else model
     loss_fn = hscl_zoo.build_loss(cfg.method, **cfg.loss_kwargs())
     if cfg.log_with:
         accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
@@ -226,15 +235,21 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     for epoch in range(start_epoch, cfg.epochs + 1):
         loader.set_epoch(epoch)
         train_set.set_epoch(epoch)
+        if augment is not None:
+            augment.set_epoch(epoch, rank=accelerator.process_index)
         loss_fn.set_epoch(epoch)
         meter = diagnostics_meter(cfg, loss_fn)
         model.train()
         loss_sum = torch.zeros((), device=accelerator.device)
         steps, seen, started = 0, 0, time.perf_counter()
         bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False)
-        for views, labels, _ in bar:
+        for step, (images, labels, _) in enumerate(bar):
+            views = augment(images) if augment is not None else images
             B, V = views.shape[:2]
-            z = model(views.flatten(0, 1)).view(B, V, -1)
+            x = views.flatten(0, 1)
+            if fast["channels_last"]:
+                x = x.contiguous(memory_format=torch.channels_last)
+            z = forward(x).view(B, V, -1)
             loss = loss_fn(z, labels)
             optimizer.zero_grad(set_to_none=True)
             accelerator.backward(loss)
@@ -242,9 +257,10 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
             loss_sum += loss.detach()
             steps += 1
             seen += B * V * world
-            if cfg.diagnostics:
+            if cfg.diagnostics and step % cfg.diagnostics_every == 0:
                 meter.update(z.detach().float(), labels)
-            bar.set_postfix(loss=f"{loss.item():.4f}")
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{loss.item():.4f}")
         seconds = time.perf_counter() - started
         record: dict[str, Any] = {
             "epoch": epoch,

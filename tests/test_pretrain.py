@@ -178,3 +178,14 @@ def test_corrupt_checkpoint_on_resume(recipe, tmp_path, capsys):
     message = run_main(recipe, ["--output_dir", str(run), "--resume"], capsys)
     assert "cannot resume from" in message and "epoch_0001" in message and "--overwrite" in message
     assert snapshot(run) == before
+
+
+def test_fast_path_options_train_like_the_plain_path(recipe, tmp_path):
+    """Batched device augmentation from a uint8 cache, channels_last and fused Adam (the GPU defaults), on the CPU."""
+    plain = recipe.main([*TINY, "--epochs", "1", "--probe_epochs", "1", "--output_dir", str(tmp_path / "plain")])
+    fast = recipe.main([*TINY, "--epochs", "1", "--probe_epochs", "1", "--output_dir", str(tmp_path / "fast"),
+                        "--gpu_augment", "true", "--channels_last", "true", "--fused_optimizer", "true"])
+    loss = lambda run: json.loads((tmp_path / run / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
+    assert loss("fast") == pytest.approx(loss("plain"), rel=0.05)
+    assert json.loads((tmp_path / "fast" / "config.json").read_text())["gpu_augment"] is True
+    assert plain["hub_dir"] != fast["hub_dir"]
