@@ -26,13 +26,26 @@ def read_run(run: Path) -> tuple[str, list[dict]]:
         raise SystemExit(f"error: {run} has no metrics.jsonl; pass output_dirs of recipes/pretrain.py.")
     config = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else {}
     label = f"{config.get('method', run.name)} (seed {config['seed']})" if "seed" in config else config.get("method", run.name)
-    return label, [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise SystemExit(f"error: {metrics} holds no epoch yet; plot a run once it has finished an epoch.")
+    return label, rows
 
 
 def plot_runs(runs: list[Path], out: Path) -> list[Path]:
     """Write fig1_accuracy.png, fig4_assumption.png and fig5_losses.png into `out`; return their paths."""
-    out.mkdir(parents=True, exist_ok=True)
     data = [read_run(r) for r in runs]
+    labels = [label for label, _ in data]
+    # runs sharing method and seed (e.g. two datasets) are told apart by their directory names
+    data = [(f"{label} [{run.name}]" if labels.count(label) > 1 else label, rows) for run, (label, rows) in zip(runs, data)]
+    return plot_histories(data, out)
+
+
+def plot_histories(data: list[tuple[str, list[dict]]], out: Path) -> list[Path]:
+    """The three figures from (label, per-epoch records) pairs."""
+    if not data:
+        raise ValueError("nothing to plot: pass at least one run.")
+    out.mkdir(parents=True, exist_ok=True)
     written = []
 
     fig, ax = plt.subplots(figsize=(6, 4))

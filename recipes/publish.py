@@ -30,9 +30,20 @@ def build_folder(run: Path, out: Path, repo_id: str | None = None, name: str | N
             f"error: {run} has no finished model ({source / WEIGHTS_NAME} is missing). "
             f"Finish the run first: accelerate launch recipes/pretrain.py --output_dir {run} --resume"
         )
-    model = hscl_zoo.load(f"local-dir:{source.resolve()}")
-    metrics = json.loads((source / METRICS_NAME).read_text())
-    return write_hub_folder(model, out, training=model.training_summary, evaluation=metrics["evaluation"],
+    try:
+        model = hscl_zoo.load(f"local-dir:{source.resolve()}")
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"error: {source} does not load back strictly, refusing to publish it: {error}") from error
+    if not model.training_summary:
+        raise SystemExit(f"error: {source / 'config.json'} has no training summary; publish folders written by "
+                         "recipes/pretrain.py.")
+    try:
+        metrics = json.loads((source / METRICS_NAME).read_text())
+        evaluation = metrics["evaluation"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"error: {source / METRICS_NAME} is missing or has no 'evaluation' block ({error!r}); "
+                         "the run did not finish its linear probe.") from error
+    return write_hub_folder(model, out, training=model.training_summary, evaluation=evaluation,
                             history=metrics.get("history"), name=name, repo_id=repo_id)
 
 

@@ -1,0 +1,155 @@
+"""The shipped recipe configs (recipes/configs/*.yaml): one per registry entry, each the paper's recipe."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+import hscl_zoo
+from hscl_zoo.config import PretrainConfig
+from hscl_zoo.registry import DATASETS, METHODS
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO / "recipes" / "configs"
+CONFIG_FILES = sorted(CONFIG_DIR.glob("*.yaml"))
+ENTRIES = {name: hscl_zoo.info(name) for name in hscl_zoo.list_models()}
+
+# the paper's grids (Sec. "Numerical results")
+BETA_GRID = {0.1, 0.5, 1.0, 2.0, 5.0}
+THRESHOLD_START_GRID = {-0.5, -0.3, -0.1}
+THRESHOLD_END_GRID = {-0.1, 0.0, 0.1}
+
+
+def _entry_for(path: Path):
+    rel = path.relative_to(REPO).as_posix()
+    matches = [e for e in ENTRIES.values() if e.config == rel]
+    assert len(matches) == 1, f"{rel} is the config of {len(matches)} registry entries"
+    return matches[0]
+
+
+def _header(path: Path) -> str:
+    """The comment block at the top of a config file, without the '#' markers."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return "\n".join(lines)
+
+
+def _load_pretrain():
+    spec = importlib.util.spec_from_file_location("_hscl_recipe_pretrain_cfgtest", REPO / "recipes" / "pretrain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_config_per_registry_entry():
+    on_disk = {p.relative_to(REPO).as_posix() for p in CONFIG_FILES}
+    named = {e.config for e in ENTRIES.values()}
+    assert len(ENTRIES) == len(METHODS) * len(DATASETS) == 20
+    assert on_disk - named == set(), f"config files no registry entry names: {sorted(on_disk - named)}"
+    assert named - on_disk == set(), f"registry entries without a config file: {sorted(named - on_disk)}"
+    for entry in ENTRIES.values():
+        assert (REPO / entry.config).is_file()
+        assert entry.train_command.endswith(f"--config {entry.config}")
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.stem)
+def test_config_is_the_papers_recipe(path: Path):
+    raw = yaml.safe_load(path.read_text())
+    cfg = PretrainConfig.from_sources(path)
+    entry = _entry_for(path)
+
+    # name, registry entry and content agree
+    assert path.name == f"{cfg.dataset}-{cfg.method}.yaml"
+    assert (cfg.dataset, cfg.method) == (entry.dataset, entry.method)
+    assert cfg.backbone == entry.backbone == "resnet50"
+    assert cfg.output_dir == f"runs/{cfg.dataset}-{cfg.method}"
+
+    # the paper's training procedure, set explicitly in the file (not left to CPU defaults)
+    for key, value in {"batch_size": 512, "epochs": 200, "temperature": 0.5, "optimizer": "adam", "lr": 1e-3,
+                       "weight_decay": 1e-6, "views": 2, "mixed_precision": "bf16", "knn_k": 200,
+                       "monitor_train_size": 10000, "num_workers": 8}.items():
+        assert key in raw, f"{path.name} does not set {key}"
+        assert getattr(cfg, key) == pytest.approx(value) if isinstance(value, float) else getattr(cfg, key) == value, (
+            f"{path.name}: {key}={getattr(cfg, key)!r}, paper/GPU setting {value!r}")
+    assert cfg.M is None and cfg.positives is None  # M = global embeddings - 2; positives by method
+    assert cfg.stem == ("default" if cfg.dataset == "stl10" else "small")
+    assert cfg.image_size is None
+
+    header = _header(path)
+    assert "GPU" in header and "--backbone resnet18" in header, "the header names the GPU settings and a CPU override"
+    assert "Stem:" in header
+
+    # method hyperparameters: only the method's own keys are set, and they lie in the paper's grids
+    method_keys = {"beta", "tau_plus", "threshold_start", "threshold_end"}
+    expected = {"ucl": set(), "scl": set(), "hscl-beta": {"beta"}, "hucl": {"beta", "tau_plus"},
+                "hscl-tau": {"threshold_start", "threshold_end"}}[cfg.method]
+    assert method_keys & set(raw) == expected, f"{path.name} sets {sorted(method_keys & set(raw))}, want {sorted(expected)}"
+    if cfg.method in ("hscl-beta", "hucl"):
+        assert cfg.beta in BETA_GRID
+        assert f"beta = {cfg.beta:g}" in header, "the header states the grid point it uses"
+    if cfg.method == "hucl":
+        num_classes = DATASETS[cfg.dataset].num_classes
+        assert cfg.tau_plus == pytest.approx(1 / num_classes), "tau_plus is the class prior 1 / num_classes"
+    if cfg.method == "hscl-tau":
+        assert cfg.threshold_start in THRESHOLD_START_GRID
+        assert cfg.threshold_end in THRESHOLD_END_GRID
+        assert cfg.threshold_start <= cfg.threshold_end, "the threshold rises during training"
+        assert f"threshold_start = {cfg.threshold_start:g}" in header
+        assert f"threshold_end = {cfg.threshold_end:g}" in header
+    # what the run will report as its hyperparameters
+    hyper = cfg.method_hyperparameters()
+    assert hyper["positives"] == ("views" if cfg.method in ("ucl", "hucl") else "labels")
+
+
+def test_documented_cpu_override_parses(monkeypatch):
+    """The CPU command in each file's header is accepted by the recipe's own argument parser."""
+    monkeypatch.chdir(REPO)  # the commands are written to run from the repository root
+    pretrain = _load_pretrain()
+    for path in CONFIG_FILES:
+        header = _header(path)
+        match = re.search(r"accelerate launch recipes/pretrain.py (.*?)\n(?!\s*--)", header + "\n", re.S)
+        assert match, f"{path.name}: no example command in the header"
+        argv = shlex.split(match.group(1).replace("\\\n", " "))
+        cfg, args, overrides = pretrain.parse_args(argv)
+        assert args.config == path.relative_to(REPO).as_posix()
+        assert (cfg.backbone, cfg.stem, cfg.epochs, cfg.batch_size) == ("resnet18", "default", 5, 128)
+        # everything not overridden still comes from the file
+        assert (cfg.method, cfg.dataset, cfg.lr, cfg.temperature) == (
+            PretrainConfig.from_sources(path).method, path.stem.split("-", 1)[0], 1e-3, 0.5)
+
+
+def test_unknown_key_is_refused_with_the_valid_keys(tmp_path: Path):
+    bad = tmp_path / "cifar10-scl.yaml"
+    bad.write_text((CONFIG_DIR / "cifar10-scl.yaml").read_text() + "learning_rate: 0.1\nbatchsize: 64\n")
+    with pytest.raises(ValueError) as info:
+        PretrainConfig.from_sources(bad)
+    message = str(info.value)
+    assert str(bad) in message
+    assert "'learning_rate'" in message and "'batchsize'" in message
+    assert "did you mean 'batch_size'" in message
+    assert "Valid keys:" in message
+    for key in PretrainConfig.field_names():
+        assert key in message
+
+
+def test_bad_value_and_non_mapping_are_refused(tmp_path: Path):
+    wrong_type = tmp_path / "wrong.yaml"
+    wrong_type.write_text("method: scl\nepochs: many\n")
+    with pytest.raises(ValueError, match=r"epochs='many' must be int"):
+        PretrainConfig.from_sources(wrong_type)
+    unknown_method = tmp_path / "method.yaml"
+    unknown_method.write_text("method: hscl-gamma\n")
+    with pytest.raises(ValueError, match="hscl-gamma.*choose one of"):
+        PretrainConfig.from_sources(unknown_method)
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- method: scl\n")
+    with pytest.raises(ValueError, match="mapping"):
+        PretrainConfig.from_sources(listing)
