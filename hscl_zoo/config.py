@@ -135,7 +135,7 @@ class PretrainConfig:
             cls.from_dict(loaded, source=str(path))
             values.update(loaded)
         if overrides:
-            parsed = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in overrides.items()}
+            parsed = {k: _parse_override(k, v) if isinstance(v, str) else v for k, v in overrides.items()}
             cls.from_dict(parsed, source="command line")
             values.update(parsed)
         return cls.from_dict(values)
@@ -190,17 +190,36 @@ def _default_positives(method: str) -> str:
     return "views" if method in ("ucl", "hucl") else "labels"
 
 
+def _allowed_types(key: str) -> tuple[type, ...]:
+    hint = typing.get_type_hints(PretrainConfig).get(key)
+    if hint is None:
+        return ()
+    return typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+
+
+def _parse_override(key: str, raw: str) -> Any:
+    """A command-line value: kept as text for text keys (so `--mixed_precision no` stays "no"),
+    parsed as a YAML scalar otherwise; `null` / `none` unset a key that may be unset."""
+    allowed = _allowed_types(key)
+    if raw.strip().lower() in ("null", "none", "~") and type(None) in allowed:
+        return None
+    if str in allowed:
+        return raw
+    return yaml.safe_load(raw)
+
+
 def _coerce(key: str, value: Any, source: str) -> Any:
     """Check a value against the field's annotated type; ints are accepted where floats are."""
-    hint = typing.get_type_hints(PretrainConfig)[key]
-    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    allowed = _allowed_types(key)
     if value is None and type(None) in allowed:
         return None
     if float in allowed and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if int in allowed and isinstance(value, float) and value.is_integer() and float not in allowed:
         return int(value)
-    if str in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if str in allowed and isinstance(value, bool):
+        return "yes" if value else "no"  # YAML 1.1 reads `mixed_precision: no` as false
+    if str in allowed and isinstance(value, (int, float)):
         return str(value)
     if any(t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)) for t in allowed):
         return value
