@@ -205,6 +205,12 @@ def _parse_override(key: str, raw: str) -> Any:
         return None
     if str in allowed:
         return raw
+    for number in (int, float):
+        if number in allowed or (number is int and float in allowed):
+            try:
+                return number(raw)
+            except ValueError:
+                pass
     return yaml.safe_load(raw)
 
 
