@@ -43,20 +43,20 @@ class _FusedInfoNCE(torch.autograd.Function):
         x = torch.addmm(shift, z, z_all.T, alpha=inv_t).view(V, b, V, B)
         negative = negative_images.to(z.dtype)[None, :, None, :]
         has_negative = negative_images.any(dim=1)
-        e = torch.exp(x)
+        e = x.exp_()
         if hardening is None:
             weights = negative.expand_as(x)
         elif isinstance(hardening, ExponentialTilt):
-            weights = e * negative if hardening.beta == 1.0 else torch.exp(x * hardening.beta).mul_(negative)
+            weights = e * negative if hardening.beta == 1.0 else e.pow(hardening.beta).mul_(negative)
         else:
-            hard = (x >= (hardening.current_level - 1.0) * inv_t).to(z.dtype).mul_(negative)
+            hard = (e >= math.exp((hardening.current_level - 1.0) * inv_t)).to(z.dtype).mul_(negative)
             empty = hard.sum(dim=(2, 3), keepdim=True) == 0
             weights = torch.where(empty, negative, hard)
         tiny = torch.finfo(z.dtype).tiny
         weighted = weights * e
         sum_weighted = weighted.sum(dim=(2, 3), keepdim=True).clamp_min(tiny)
         sum_weights = weights.sum(dim=(2, 3), keepdim=True).clamp_min(tiny)
-        q = (M * sum_weighted / sum_weights) / e  # e^{u}, u = log M + log E - g_ip
+        q = e.reciprocal_().mul_(M * sum_weighted / sum_weights)  # e^{u}, u = log M + log E - g_ip (e is reused)
         positive = (positive_images & has_negative[:, None]).to(z.dtype)[None, :, None, :]
         counted = torch.log1p(q).mul_(positive)
         views_idx = torch.arange(V, device=z.device)[:, None]
@@ -72,14 +72,14 @@ class _FusedInfoNCE(torch.autograd.Function):
         z, z_all, weighted, weights, sum_weighted, sum_weights, q, positive, self_index = ctx.saved_tensors
         V, inv_t, slope = ctx.meta
         b = positive.shape[1]
-        sig = (q / (q + 1)).mul_(positive)
+        sig = (q + 1).reciprocal_().neg_().add_(1).mul_(positive)  # q / (1 + q), the sigmoid of u
         views_idx = torch.arange(V, device=z.device)[:, None]
         anchors = torch.arange(b, device=z.device)[None, :]
         sig[views_idx, anchors, views_idx, self_index[None, :]] = 0
         s = sig.sum(dim=(2, 3), keepdim=True)
         dx = weighted * ((1 + slope) * s / sum_weighted)
         if slope:
-            dx.sub_(weights * (slope * s / sum_weights))
+            dx.addcmul_(weights, slope * s / sum_weights, value=-1)
         dx = dx.sub_(sig).view(z.shape[0], z_all.shape[0]).mul_(grad_total * inv_t)
         return dx @ z_all, dx.T @ z, None, None, None, None, None, None, None, None
 
