@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 LEMMA_LOSSES = ("ucl", "scl", "hucl", "hscl")
 
@@ -82,6 +83,8 @@ def plot_histories(data: list[tuple[str, list[dict]]], out: Path) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
+    for ax in fig.axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
