@@ -121,6 +121,7 @@ def test_documented_cpu_override_parses(monkeypatch):
         cfg, args, overrides = pretrain.parse_args(argv)
         assert args.config == path.relative_to(REPO).as_posix()
         assert (cfg.backbone, cfg.stem, cfg.epochs, cfg.batch_size) == ("resnet18", "default", 5, 128)
+        assert cfg.mixed_precision == "no"  # the text 'no', not YAML's boolean false
         # everything not overridden still comes from the file
         assert (cfg.method, cfg.dataset, cfg.lr, cfg.temperature) == (
             PretrainConfig.from_sources(path).method, path.stem.split("-", 1)[0], 1e-3, 0.5)
