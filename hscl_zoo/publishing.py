@@ -33,8 +33,11 @@ def negatives_per_anchor(cfg: PretrainConfig, num_classes: int) -> int:
     return round(cfg.batch_size * cfg.views * (num_classes - 1) / num_classes)
 
 
-def training_summary(cfg: PretrainConfig, num_processes: int, num_classes: int) -> dict[str, Any]:
-    """The `training` block of config.json: what a reader needs to know how the weights were made."""
+def training_summary(
+    cfg: PretrainConfig, num_processes: int, num_classes: int, config_path: str | None = None
+) -> dict[str, Any]:
+    """The `training` block of config.json: what a reader needs to know how the weights were made
+    (`config_path`: the YAML file the run started from, named in the model card)."""
     return {
         "dataset": cfg.dataset,
         "method": cfg.method,
@@ -51,6 +54,7 @@ def training_summary(cfg: PretrainConfig, num_processes: int, num_classes: int) 
         "seed": cfg.seed,
         "stem": cfg.stem,
         "recipe": "recipes/pretrain.py",
+        "config": config_path,
         "recipe_config": cfg.to_dict(),
     }
 

@@ -34,7 +34,7 @@ import hscl_zoo
 from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform
 from hscl_zoo.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from hscl_zoo.config import PretrainConfig, parse_overrides
-from hscl_zoo.data import load_splits
+from hscl_zoo.data import balanced_subset, load_splits
 from hscl_zoo.diagnostics import DiagnosticsMeter
 from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset
 from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1
@@ -127,11 +127,17 @@ def diagnostics_meter(cfg: PretrainConfig, loss_fn: hscl_zoo.ContrastiveLoss) ->
     return DiagnosticsMeter(temperature=cfg.temperature, beta=cfg.beta)
 
 
+def monitor_split(train, cfg: PretrainConfig):
+    """The fixed, class-balanced part of the training split the kNN monitor uses as its bank
+    (parquet splits are often sorted by class, so a leading slice would hold few classes)."""
+    if cfg.monitor_train_size is None or len(train) <= cfg.monitor_train_size:
+        return train
+    return balanced_subset(train, cfg.monitor_train_size, seed=cfg.seed)
+
+
 def monitor_knn(encoder, data, cfg: PretrainConfig, device) -> float:
-    """kNN top-1 on the test split from a fixed slice of the training split (the per-epoch monitor)."""
-    train = data.train
-    if cfg.monitor_train_size is not None and len(train) > cfg.monitor_train_size:
-        train = train.select(range(cfg.monitor_train_size))
+    """kNN top-1 on the test split from `monitor_split` of the training split (the per-epoch monitor)."""
+    train = monitor_split(data.train, cfg)
     was_training = encoder.training
     encoder.eval()
     try:
@@ -289,7 +295,7 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
         history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
         hub_dir = write_hub_folder(
-            encoder, run_dir / "hub", training=training_summary(cfg, world, len(data.class_names)), evaluation=evaluation, history=history
+            encoder, run_dir / "hub", training=training_summary(cfg, world, len(data.class_names), args.config), evaluation=evaluation, history=history
         )
         result = {**evaluation, "hub_dir": str(hub_dir)}
         print(

@@ -189,3 +189,13 @@ def test_fast_path_options_train_like_the_plain_path(recipe, tmp_path):
     assert loss("fast") == pytest.approx(loss("plain"), rel=0.05)
     assert json.loads((tmp_path / "fast" / "config.json").read_text())["gpu_augment"] is True
     assert plain["hub_dir"] != fast["hub_dir"]
+
+
+def test_knn_monitor_bank_covers_every_class_of_a_class_sorted_split(recipe, shared_data):
+    from hscl_zoo.data import load_splits
+
+    data = load_splits("cifar10", shared_data / "cifar10", subset=2000)
+    assert data.train["label"][:200] == [0] * 200, "the shared copy is sorted by class"
+    cfg = hscl_zoo.config.PretrainConfig(dataset="cifar10", monitor_train_size=200)
+    bank = recipe.monitor_split(data.train, cfg)
+    assert len(bank) == 200 and sorted(set(bank["label"])) == list(range(10))
