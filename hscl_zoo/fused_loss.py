@@ -72,7 +72,8 @@ class _FusedInfoNCE(torch.autograd.Function):
         z, z_all, weighted, weights, sum_weighted, sum_weights, q, positive, self_index = ctx.saved_tensors
         V, inv_t, slope = ctx.meta
         b = positive.shape[1]
-        sig = (q + 1).reciprocal_().neg_().add_(1).mul_(positive)  # q / (1 + q), the sigmoid of u
+        sig = q + 1
+        torch.div(q, sig, out=sig).mul_(positive)  # q / (1 + q), the sigmoid of u
         views_idx = torch.arange(V, device=z.device)[:, None]
         anchors = torch.arange(b, device=z.device)[None, :]
         sig[views_idx, anchors, views_idx, self_index[None, :]] = 0
@@ -80,8 +81,9 @@ class _FusedInfoNCE(torch.autograd.Function):
         dx = weighted * ((1 + slope) * s / sum_weighted)
         if slope:
             dx.addcmul_(weights, slope * s / sum_weights, value=-1)
-        dx = dx.sub_(sig).view(z.shape[0], z_all.shape[0]).mul_(grad_total * inv_t)
-        return dx @ z_all, dx.T @ z, None, None, None, None, None, None, None, None
+        dx = dx.sub_(sig).view(z.shape[0], z_all.shape[0])
+        scale = grad_total * inv_t
+        return (dx @ z_all).mul_(scale), (dx.T @ z).mul_(scale), None, None, None, None, None, None, None, None
 
 
 def fused_psi_sum(
