@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torchvision.transforms import InterpolationMode, v2
 
+from hscl_zoo.data import require_internal_columns
+
 ImageTransform = Callable[[Any], torch.Tensor]
 
 _INTERPOLATIONS = {
@@ -233,12 +235,7 @@ class MultiViewDataset(torch.utils.data.Dataset):
         label_positive: bool = False,
         seed: int = 0,
     ) -> None:
-        missing = [c for c in ("image", "label") if c not in dataset.column_names]
-        if missing:
-            raise ValueError(
-                f"MultiViewDataset needs columns ['image', 'label'], missing {missing} (found "
-                f"{dataset.column_names}); load data with hscl_zoo.data.load_splits"
-            )
+        require_internal_columns(dataset, "MultiViewDataset")
         if not isinstance(views, int) or views < 1:
             raise ValueError(f"views must be a positive integer, got {views!r}")
         if label_positive and views < 2:

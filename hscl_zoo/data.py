@@ -152,6 +152,16 @@ class LoadedData:
     spec: DatasetSpec
 
 
+def require_internal_columns(dataset: datasets.Dataset, user: str) -> None:
+    """Raise a ValueError naming `user` unless `dataset` has the internal `image` and `label` columns."""
+    missing = [c for c in (INTERNAL_IMAGE, INTERNAL_LABEL) if c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"{user} needs columns ['image', 'label'], missing {missing} (found {dataset.column_names}); "
+            "load data with hscl_zoo.data.load_splits"
+        )
+
+
 def get_spec(name: str) -> DatasetSpec:
     """Return the registered spec for ``name``; a ValueError lists the known names otherwise."""
     try:

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from hscl_zoo.data import require_internal_columns
+
 if TYPE_CHECKING:
     from hscl_zoo.data import LoadedData
 
@@ -66,12 +68,7 @@ def extract_features(
     Returns:
         ``(features, labels)``: float32 (N, D) and int64 (N,), both on CPU, in dataset order.
     """
-    missing = [c for c in ("image", "label") if c not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"extract_features needs columns ['image', 'label'], missing {missing} (found "
-            f"{dataset.column_names}); load data with hscl_zoo.data.load_splits"
-        )
+    require_internal_columns(dataset, "extract_features")
     if len(dataset) == 0:
         raise ValueError("extract_features got an empty dataset")
     module = _owning_module(encode_fn)

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from torchvision.transforms import v2
 
 from hscl_zoo.augment import MultiViewDataset, RandomGaussianBlur, blur_kernel_size
+from hscl_zoo.data import require_internal_columns
 
 __all__ = [
     "AugmentParams",
@@ -576,12 +577,7 @@ class RawImageDataset(torch.utils.data.Dataset):
         views: int = 2,
         seed: int = 0,
     ) -> None:
-        missing = [c for c in ("image", "label") if c not in dataset.column_names]
-        if missing:
-            raise ValueError(
-                f"RawImageDataset needs columns ['image', 'label'], missing {missing} (found {dataset.column_names}); "
-                "load data with hscl_zoo.data.load_splits"
-            )
+        require_internal_columns(dataset, "RawImageDataset")
         self.dataset = dataset
         self.labels = np.asarray(dataset.select_columns(["label"])["label"], dtype=np.int64)
         self.label_positive = label_positive
