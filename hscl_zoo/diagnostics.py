@@ -11,11 +11,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from hscl_zoo.hardening import ExponentialTilt, HardeningFn, Threshold, log_hardening_weight
-from hscl_zoo.losses import ContrastiveLoss, log_weighted_mean_exp, pair_sets, validate_inputs
+from hscl_zoo.losses import ContrastiveLoss, log_weighted_mean_exp, normalized, pair_sets, validate_inputs
 
 
 def _hardening(temperature: float, beta: float | None, threshold: float | None) -> HardeningFn:
@@ -28,9 +27,8 @@ def _scaled_similarities(features: Tensor, labels: Tensor, temperature: float):
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; the paper uses 0.5.")
     labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
-    dtype = torch.float64 if features.dtype == torch.float64 else torch.float32
     B, V, d = features.shape
-    z = F.normalize(features.detach().to(dtype), dim=-1).reshape(B * V, d)
+    z = normalized(features.detach(), loss_name="diagnostics").reshape(B * V, d)
     g = z @ z.T / temperature
     return g, pair_sets(B, V, B, 0, labels, device=features.device)
 
@@ -98,8 +96,7 @@ def lemma_losses(
 
 def _local_loss(loss: ContrastiveLoss, features: Tensor, labels: Tensor) -> Tensor:
     labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
-    dtype = torch.float64 if features.dtype == torch.float64 else torch.float32
-    z = F.normalize(features.to(dtype), dim=-1)
+    z = normalized(features, loss_name="diagnostics")
     pair_sum, count = loss._pair_psi_sum(z, z, labels, 0)
     return pair_sum / count.clamp_min(1)
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hscl_zoo.fused_loss import fused_applicable, fused_psi_sum
+from hscl_zoo.fused_loss import fused_applicable, fused_psi_sum, image_sets
 from hscl_zoo.distributed import gather_with_grad, is_distributed, world_size
 from hscl_zoo.hardening import (
     ExponentialTilt,
@@ -118,15 +118,14 @@ class ContrastiveLoss(nn.Module):
 
     def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
         labels = validate_inputs(features, labels, needs_labels=self.needs_labels, loss_name=self.name)
-        dtype = torch.float64 if features.dtype == torch.float64 else torch.float32
         with torch.autocast(device_type=features.device.type, enabled=False):
-            z = F.normalize(features.to(dtype), dim=-1)
+            z = normalized(features, loss_name=self.name)
             z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
             pair_sum, pair_count = self._pair_psi_sum(z, z_all, labels_all, offset)
             if is_distributed():
                 pair_count = pair_count.clone()
                 torch.distributed.all_reduce(pair_count)
-            return pair_sum * world_size() / pair_count.clamp_min(1).to(dtype)
+            return pair_sum * world_size() / pair_count.clamp_min(1).to(z.dtype)
 
     def _pair_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int) -> tuple[Tensor, Tensor]:
         """Sum of psi over this process's (anchor, positive) pairs, and how many pairs there are."""
@@ -139,16 +138,15 @@ class ContrastiveLoss(nn.Module):
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The fast path (hscl_zoo.fused_loss): image-level sets broadcast over views."""
         B, V, _ = z.shape
-        images = torch.arange(z_all.shape[0], device=z.device)
-        same_image = images[offset : offset + B, None] == images[None, :]
-        if labels_all is not None:
-            same_label = labels_all[offset : offset + B, None] == labels_all[None, :]
-        negative = ~same_image if self.negatives == "other-images" else ~same_label
-        positive = same_image if self.positives == "views" else same_label
-        has_negative = negative.any(dim=1)
-        count = (V * (V * positive.sum(dim=1) - 1) * has_negative).sum()
-        total = fused_psi_sum(z, z_all, positive, negative, offset, M=M, temperature=self.temperature,
-                              hardening=self.hardening, detach_weights=self.detach_weights)
+        positive, negative = image_sets(
+            B, z_all.shape[0], offset, labels_all, label_positives=self.positives == "labels",
+            label_negatives=self.negatives == "other-labels", dtype=z.dtype, device=z.device,
+        )
+        has_negative = negative.sum(dim=1) > 0
+        count = (V * (V * positive.sum(dim=1).long() - 1) * has_negative).sum()
+        total = fused_psi_sum(z, z_all, positive * has_negative[:, None].to(z.dtype), negative, offset, M=M,
+                              temperature=self.temperature, hardening=self.hardening,
+                              detach_weights=self.detach_weights)
         return total, count
 
     def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
@@ -246,8 +244,26 @@ def debiased_log_mean(log_mean: Tensor, g_pos: Tensor, tau_plus: float, temperat
     return torch.log(scaled.clamp_min(tiny)).clamp_min(floor) + top
 
 
+def normalized(features: Tensor, *, loss_name: str) -> Tensor:
+    """Features L2-normalised along the last dimension, in float64 if given float64, else float32.
+
+    Refuses NaN and inf (and values so large that their norm overflows) with a ValueError. The
+    check reads the B*V norms rather than every element: one small reduction and, on a GPU, one
+    host sync per call.
+    """
+    f = features.to(torch.float64 if features.dtype == torch.float64 else torch.float32)
+    norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+    if not bool(torch.isfinite(norms).all()):
+        raise ValueError(
+            f"{loss_name}: features contain NaN or inf (or values whose norm overflows); check the encoder's "
+            "output (learning rate, mixed precision)."
+        )
+    return f / norms.clamp_min(1e-12)
+
+
 def validate_inputs(features: Tensor, labels: Tensor | None, *, needs_labels: bool, loss_name: str) -> Tensor | None:
-    """Check the call contract and return labels as int64 (or None); raise ValueError saying what to pass."""
+    """Check the call contract's shapes and types and return labels as int64 (or None); raise
+    ValueError saying what to pass. `normalized` checks the values."""
     if not isinstance(features, Tensor):
         raise ValueError(f"{loss_name}: features must be a torch.Tensor of shape (B, V, d), got {type(features).__name__}.")
     if features.ndim != 3:
@@ -260,8 +276,6 @@ def validate_inputs(features: Tensor, labels: Tensor | None, *, needs_labels: bo
         raise ValueError(f"{loss_name}: features of shape {tuple(features.shape)} are empty; pass at least one image.")
     if not features.is_floating_point():
         raise ValueError(f"{loss_name}: features must be floating point, got {features.dtype}.")
-    if not bool(torch.isfinite(features).all()):
-        raise ValueError(f"{loss_name}: features contain NaN or inf; check the encoder's output (learning rate, mixed precision).")
     if labels is None:
         if needs_labels:
             raise ValueError(f"{loss_name}: needs labels: call loss_fn(features, labels) with labels of shape ({B},), int64.")
