@@ -2,17 +2,19 @@
 
 The general computation in `hscl_zoo.losses` builds boolean N x N masks and runs two logsumexps
 through autograd: about forty passes over N x N memory. Here the sets are (images x images)
-float masks broadcast over views (rows and columns are laid out view-major, so the broadcasts
-vectorise), the exponentials are taken once with a fixed shift (cosines are bounded, so no row
-maximum is needed) and are all that is kept for the backward pass, which recomputes the weights
-and each pair's sigmoid from them and writes the gradient out by hand into as few buffers as it
-can. On a CPU a pass over N x N memory costs a sixth to a third of the similarity matmul at
-d = 128, so the number of passes decides the speed: eight forward and six backward for H-SCL(beta)
-with beta = 1, against about six in a bare matmul + logsumexp.
+float masks broadcast over views: rows are anchors image-major (image, view), columns are
+candidates view-major (view, image), so in the (b, V, V, B) layout a mask broadcasts along the
+two view axes and its rows stay contiguous. The exponentials e = exp(g) are taken once (cosines
+are bounded, so no row maximum is needed) and, with -psi on the positive pairs, are all that is
+kept for the backward pass: it gets each pair's sigmoid as 1 - exp(-psi) and the weights from e,
+in place, and writes the gradient out by hand. On a CPU one pass over N x N memory costs a
+sixth to a quarter of the similarity matmul at d = 128, and fresh N x N memory costs more than
+reused, so the passes and the buffers are what is counted: for H-SCL(beta) with beta = 1, ten
+passes forward and seven backward over two N x N buffers.
 
 It serves every case whose weights are uniform, exp(beta * g) or a threshold, without the
-debiasing of H-UCL, at temperatures where the fixed shift cannot underflow; `fused_applicable`
-says when, and the general path covers the rest.
+debiasing of H-UCL, at temperatures where the exponentials stay in floating-point range;
+`fused_applicable` says when, and the general path covers the rest.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ _EXP_LIMIT = {torch.float32: 80.0, torch.float64: 700.0}
 
 
 def fused_applicable(hardening, tau_plus: float, temperature: float, M: float, dtype: torch.dtype) -> bool:
-    """Whether the fixed-shift exponentials stay in range: x = g - 1/T lies in [-2/T, 0]."""
+    """Whether the exponentials stay in range: with g in [-1/T, 1/T], the weighted sums reach
+    N e^{(1 + beta)/T} and the ratio a / e_ip reaches M e^{2/T}."""
     if tau_plus > 0 or not (hardening is None or isinstance(hardening, (ExponentialTilt, Threshold))):
         return False
     beta = hardening.beta if isinstance(hardening, ExponentialTilt) else 0.0
     limit = _EXP_LIMIT.get(dtype, 0.0)
-    return 2 * (1 + beta) / temperature < limit and 2 / temperature + math.log(max(M, 1.0)) < limit
+    log_m = math.log(max(M, 1.0))
+    return (1 + beta) / temperature + math.log(M + 2) < limit and 2 / temperature + log_m < limit
 
 
 def image_sets(
@@ -78,76 +82,55 @@ def _mask_keys(labels: Tensor, dtype: torch.dtype) -> Tensor:
 class _FusedInfoNCE(torch.autograd.Function):
     """Sum over counted (anchor, positive) pairs of psi.
 
-    Anchors z (V*b, d) and candidates z_all (V*B, d) are view-major; `positive` (b, B) already
-    excludes anchors without negatives, `negative` (b, B) is the negative-image mask.
+    Anchors z (b*V, d) are image-major, candidates z_all (V*B, d) view-major; `positive` (b, B)
+    already excludes anchors without negatives, `negative` (b, B) is the negative-image mask.
 
-    Two N x N buffers live from forward to backward: the exponentials e and a scratch buffer.
-    The backward pass writes the gradient into the scratch buffer and may overwrite e; if it
-    runs a second time on the same graph (retain_graph=True) it recomputes e from z and z_all.
+    Both N x N buffers are overwritten by the backward pass; if it runs a second time on the same
+    graph (retain_graph=True) it recomputes them from z and z_all.
     """
 
     @staticmethod
     def forward(ctx, z, z_all, positive, negative, self_index, views, M, temperature, hardening, slope):  # type: ignore[override]
         inv_t = 1.0 / temperature
-        V = views
-        b, B = positive.shape
-        tiny = torch.finfo(z.dtype).tiny
-        neg = negative[None, :, None, :]
-        pos = positive[None, :, None, :]
-        x = _shifted_logits(z, z_all, inv_t).view(V, b, V, B)
-        level = None
-        if isinstance(hardening, ExponentialTilt) and hardening.beta not in (0.0, 1.0):
-            scratch = torch.mul(x, hardening.beta).exp_().mul_(neg)
-            e = x.exp_()
-        else:
-            e = x.exp_()
-            if isinstance(hardening, Threshold):
-                level, scratch = _threshold_weights(e, neg, math.exp((hardening.current_level - 1.0) * inv_t))
-            else:
-                scratch = e * neg
-        uniform = hardening is None or (isinstance(hardening, ExponentialTilt) and hardening.beta == 0.0)
-        if uniform:
-            sum_w = (negative.sum(dim=1) * V)[None, :, None, None]
-        else:
-            sum_w = scratch.sum(dim=(2, 3), keepdim=True)
-            scratch.mul_(e)
-        sum_we = scratch.sum(dim=(2, 3), keepdim=True).clamp_min_(tiny)
-        sum_w = sum_w.clamp_min(tiny)
-        a = sum_we.div(sum_w).mul_(M)  # M x (weighted mean of e over negatives), per anchor
-        terms = torch.div(a, e, out=scratch).add_(1.0).log_().mul_(pos)  # psi = log(1 + a / e_ip)
-        total = terms.sum() - terms[_diagonal(V, b, self_index)].sum()
-        ctx.save_for_backward(z, z_all, a, sum_w, sum_we, positive, negative, self_index)
-        ctx.e, ctx.scratch, ctx.e_intact = e, scratch, True
-        ctx.meta = (V, inv_t, slope, hardening, level)
+        state = _pair_terms(z, z_all, positive, negative, views, M, inv_t, hardening)
+        neg_psi = state[1]
+        total = neg_psi[_own_entries(views, self_index)].sum() - neg_psi.sum()
+        ctx.save_for_backward(z, z_all, positive, negative, self_index)
+        ctx.state, ctx.intact = state, True
+        ctx.meta = (views, M, inv_t, slope, hardening)
         return total
 
     @staticmethod
     def backward(ctx, grad_total):  # type: ignore[override]
-        z, z_all, a, sum_w, sum_we, positive, negative, self_index = ctx.saved_tensors
-        V, inv_t, slope, hardening, level = ctx.meta
-        b, B = positive.shape
-        e = ctx.e if ctx.e_intact else _shifted_logits(z, z_all, inv_t).view(V, b, V, B).exp_()
-        ctx.e_intact = False
-        neg = negative[None, :, None, :]
-        grad = torch.add(e, a, out=ctx.scratch).reciprocal_().mul_(a.neg() * positive[None, :, None, :])
-        grad[_diagonal(V, b, self_index)] = 0  # grad now holds minus each counted pair's sigmoid
+        z, z_all, positive, negative, self_index = ctx.saved_tensors
+        V, M, inv_t, slope, hardening = ctx.meta
+        state = ctx.state if ctx.intact else _pair_terms(z, z_all, positive, negative, V, M, inv_t, hardening)
+        ctx.intact = False
+        e, grad, sum_w, sum_we, level = state
+        neg = negative[:, None, None, :]
+        grad.exp_().sub_(1.0)  # exp(-psi) - 1 = -sigmoid(log M + log E - g_ip) on counted pairs, 0 elsewhere
+        grad[_own_entries(V, self_index)] = 0
         s = grad.sum(dim=(2, 3), keepdim=True).neg_()
-        upper = ((1.0 + slope) * s / sum_we) * neg
-        lower = (slope * s / sum_w) * neg
+        # d/dg of log(sum w e) - log(sum w) is upper * w e - lower * w on each negative of weight w.
+        upper = (1.0 + slope) * s / sum_we
+        lower = slope * s / sum_w
         beta = hardening.beta if isinstance(hardening, ExponentialTilt) else 0.0
         if isinstance(hardening, Threshold):
-            grad.addcmul_(e.masked_fill_(e < level, 0.0), upper)
+            grad.addcmul_(e.masked_fill_(e < level, 0.0).mul_(neg), upper)
         elif beta == 0.0:
-            grad.addcmul_(e, upper)
+            grad.addcmul_(e.mul_(neg), upper)
         elif beta == 1.0:
+            # w e = e^2 on negatives: with f = sqrt(upper) e, upper e^2 - lower e = f^2 - (lower / sqrt(upper)) f.
+            root = upper.sqrt()
+            f = e.mul_(neg).mul_(root)
+            grad.addcmul_(f, f)
             if slope:
-                grad.addcmul_(e, lower, value=-1.0)
-            grad.addcmul_(e.square_(), upper)
+                grad.addcmul_(f, torch.where(root > 0, lower / root, 0.0), value=-1.0)
         elif slope:
             factor = torch.mul(e, upper).sub_(lower)
-            grad.addcmul_(factor, e.log_().mul_(beta).exp_())
+            grad.addcmul_(factor, e.log_().mul_(beta).exp_().mul_(neg))
         else:
-            grad.addcmul_(e.log_().mul_(1.0 + beta).exp_(), upper)
+            grad.addcmul_(e.log_().mul_(1.0 + beta).exp_().mul_(neg), upper)
         grad = grad.view(z.shape[0], z_all.shape[0])
         scale = grad_total * inv_t
         grad_z = (grad @ z_all).mul_(scale) if ctx.needs_input_grad[0] else None
@@ -155,24 +138,47 @@ class _FusedInfoNCE(torch.autograd.Function):
         return grad_z, grad_z_all, None, None, None, None, None, None, None, None
 
 
-def _shifted_logits(z: Tensor, z_all: Tensor, inv_t: float) -> Tensor:
-    """(z z_all^T - 1) / T as one matmul: the shift rides along as an extra coordinate."""
-    left = torch.cat([z * inv_t, z.new_full((z.shape[0], 1), -inv_t)], dim=1)
-    right = torch.cat([z_all, z_all.new_ones(z_all.shape[0], 1)], dim=1)
-    return left @ right.T
+def _pair_terms(z: Tensor, z_all: Tensor, positive: Tensor, negative: Tensor, V: int, M: float, inv_t: float, hardening):
+    """The forward computation in the (b, V, V, B) layout: e, -psi on counted positive pairs
+    (0 elsewhere), the sum of weights and of weights x e per anchor, and the per-anchor
+    threshold level (None unless thresholded)."""
+    b, B = positive.shape
+    tiny = torch.finfo(z.dtype).tiny
+    neg = negative[:, None, None, :]
+    g = ((z * inv_t) @ z_all.T).view(b, V, V, B)
+    level = None
+    if isinstance(hardening, ExponentialTilt) and hardening.beta not in (0.0, 1.0):
+        scratch = torch.mul(g, hardening.beta).exp_().mul_(neg)
+        e = g.exp_()
+    else:
+        e = g.exp_()
+        if isinstance(hardening, Threshold):
+            level, scratch = _threshold_weights(e, neg, math.exp(hardening.current_level * inv_t))
+        else:
+            scratch = e * neg
+    if hardening is None or (isinstance(hardening, ExponentialTilt) and hardening.beta == 0.0):
+        sum_w = (negative.sum(dim=1) * V)[:, None, None, None]
+    else:
+        sum_w = scratch.sum(dim=(2, 3), keepdim=True)
+        scratch.mul_(e)
+    sum_we = scratch.sum(dim=(2, 3), keepdim=True).clamp_min_(tiny)
+    sum_w = sum_w.clamp_min(tiny)
+    a = sum_we.div(sum_w).mul_(M)  # M x (weighted mean of e over negatives), per anchor
+    neg_psi = torch.div(a, e, out=scratch).add_(1.0).log_().mul_(positive.neg()[:, None, None, :])
+    return e, neg_psi, sum_w, sum_we, level
 
 
-def _diagonal(V: int, b: int, self_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Index of each anchor's own entry (view v of image i against itself) in the (V, b, V, B) layout."""
-    views = torch.arange(V, device=self_index.device)[:, None]
-    anchors = torch.arange(b, device=self_index.device)[None, :]
-    return views, anchors, views, self_index[None, :]
+def _own_entries(V: int, self_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Index of each anchor against itself (image i, view v; view v, image offset + i) in the (b, V, V, B) layout."""
+    anchors = torch.arange(self_index.shape[0], device=self_index.device)[:, None]
+    views = torch.arange(V, device=self_index.device)[None, :]
+    return anchors, views, views, self_index[:, None]
 
 
 def _threshold_weights(e: Tensor, neg: Tensor, level: float) -> tuple[Tensor, Tensor]:
-    """Hard-negative indicator 1(e >= level) on negatives, with uniform weights for an anchor
-    whose hard set is empty; returns the per-anchor level actually used (0 for those anchors,
-    which every e > 0 passes) and the weights."""
+    """Hard-negative indicator 1(e >= level) on negatives (level = e^{l/T} for the cosine level
+    l), with uniform weights for an anchor whose hard set is empty; returns the per-anchor level
+    actually used (0 for those anchors, which every e > 0 passes) and the weights."""
     weights = torch.ge(e, level, out=torch.empty_like(e)).mul_(neg)
     empty = weights.sum(dim=(2, 3), keepdim=True) == 0
     weights.add_(empty.to(e.dtype) * neg)
@@ -198,7 +204,7 @@ def fused_psi_sum(
     slope = hardening.beta if isinstance(hardening, ExponentialTilt) and not detach_weights else 0.0
     self_index = torch.arange(offset, offset + b, device=z.device)
     return _FusedInfoNCE.apply(
-        z.transpose(0, 1).reshape(V * b, d),
+        z.reshape(b * V, d),
         z_all.transpose(0, 1).reshape(V * z_all.shape[0], d),
         positive_images,
         negative_images,

@@ -293,5 +293,6 @@ def test_general_path_covers_what_the_fused_one_cannot():
 
     assert not fused_applicable(None, 0.1, 0.5, 100, torch.float32)  # H-UCL debiasing
     assert not fused_applicable(torch.nn.functional.softplus, 0.0, 0.5, 100, torch.float32)  # custom eta
-    assert not fused_applicable(ExponentialTilt(1.0), 0.0, 0.05, 100, torch.float32)  # fixed shift would underflow
-    assert fused_applicable(ExponentialTilt(1.0), 0.0, 0.05, 100, torch.float64)
+    assert fused_applicable(ExponentialTilt(1.0), 0.0, 0.05, 100, torch.float32)
+    assert not fused_applicable(ExponentialTilt(1.0), 0.0, 0.02, 100, torch.float32)  # e^{2/T} would overflow
+    assert fused_applicable(ExponentialTilt(1.0), 0.0, 0.02, 100, torch.float64)
