@@ -82,34 +82,35 @@ def _mask_keys(labels: Tensor, dtype: torch.dtype) -> Tensor:
 class _FusedInfoNCE(torch.autograd.Function):
     """Sum over counted (anchor, positive) pairs of psi.
 
-    Anchors z (b*V, d) are image-major, candidates z_all (V*B, d) view-major; `positive` (b, B)
-    already excludes anchors without negatives, `negative` (b, B) is the negative-image mask.
+    Anchors z (b*V, d) are image-major, candidates z_all (V*B, d) view-major; `minus_counted`
+    (b, B) is -1 on the positive images of anchors that have a negative, `negative` (b, B) is the
+    negative-image mask and `own` the flat index of each anchor's entry against itself.
 
     Both N x N buffers are overwritten by the backward pass; if it runs a second time on the same
     graph (retain_graph=True) it recomputes them from z and z_all.
     """
 
     @staticmethod
-    def forward(ctx, z, z_all, positive, negative, self_index, views, M, temperature, hardening, slope):  # type: ignore[override]
+    def forward(ctx, z, z_all, minus_counted, negative, own, views, M, temperature, hardening, slope):  # type: ignore[override]
         inv_t = 1.0 / temperature
-        state = _pair_terms(z, z_all, positive, negative, views, M, inv_t, hardening)
+        state = _pair_terms(z, z_all, minus_counted, negative, views, M, inv_t, hardening)
         neg_psi = state[1]
-        total = neg_psi[_own_entries(views, self_index)].sum() - neg_psi.sum()
-        ctx.save_for_backward(z, z_all, positive, negative, self_index)
+        total = neg_psi.take(own).sum() - neg_psi.sum()
+        ctx.save_for_backward(z, z_all, minus_counted, negative, own)
         ctx.state, ctx.intact = state, True
         ctx.meta = (views, M, inv_t, slope, hardening)
         return total
 
     @staticmethod
     def backward(ctx, grad_total):  # type: ignore[override]
-        z, z_all, positive, negative, self_index = ctx.saved_tensors
+        z, z_all, minus_counted, negative, own = ctx.saved_tensors
         V, M, inv_t, slope, hardening = ctx.meta
-        state = ctx.state if ctx.intact else _pair_terms(z, z_all, positive, negative, V, M, inv_t, hardening)
+        state = ctx.state if ctx.intact else _pair_terms(z, z_all, minus_counted, negative, V, M, inv_t, hardening)
         ctx.intact = False
         e, grad, sum_w, sum_we, level = state
         neg = negative[:, None, None, :]
         grad.exp_().sub_(1.0)  # exp(-psi) - 1 = -sigmoid(log M + log E - g_ip) on counted pairs, 0 elsewhere
-        grad[_own_entries(V, self_index)] = 0
+        grad.view(-1).index_fill_(0, own, 0.0)
         s = grad.sum(dim=(2, 3), keepdim=True).neg_()
         # d/dg of log(sum w e) - log(sum w) is upper * w e - lower * w on each negative of weight w.
         upper = (1.0 + slope) * s / sum_we
@@ -138,11 +139,11 @@ class _FusedInfoNCE(torch.autograd.Function):
         return grad_z, grad_z_all, None, None, None, None, None, None, None, None
 
 
-def _pair_terms(z: Tensor, z_all: Tensor, positive: Tensor, negative: Tensor, V: int, M: float, inv_t: float, hardening):
+def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tensor, V: int, M: float, inv_t: float, hardening):
     """The forward computation in the (b, V, V, B) layout: e, -psi on counted positive pairs
     (0 elsewhere), the sum of weights and of weights x e per anchor, and the per-anchor
     threshold level (None unless thresholded)."""
-    b, B = positive.shape
+    b, B = negative.shape
     tiny = torch.finfo(z.dtype).tiny
     neg = negative[:, None, None, :]
     g = ((z * inv_t) @ z_all.T).view(b, V, V, B)
@@ -164,15 +165,8 @@ def _pair_terms(z: Tensor, z_all: Tensor, positive: Tensor, negative: Tensor, V:
     sum_we = scratch.sum(dim=(2, 3), keepdim=True).clamp_min_(tiny)
     sum_w = sum_w.clamp_min(tiny)
     a = sum_we.div(sum_w).mul_(M)  # M x (weighted mean of e over negatives), per anchor
-    neg_psi = torch.div(a, e, out=scratch).add_(1.0).log_().mul_(positive.neg()[:, None, None, :])
+    neg_psi = torch.div(a, e, out=scratch).add_(1.0).log_().mul_(minus_counted[:, None, None, :])
     return e, neg_psi, sum_w, sum_we, level
-
-
-def _own_entries(V: int, self_index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Index of each anchor against itself (image i, view v; view v, image offset + i) in the (b, V, V, B) layout."""
-    anchors = torch.arange(self_index.shape[0], device=self_index.device)[:, None]
-    views = torch.arange(V, device=self_index.device)[None, :]
-    return anchors, views, views, self_index[:, None]
 
 
 def _threshold_weights(e: Tensor, neg: Tensor, level: float) -> tuple[Tensor, Tensor]:
@@ -196,22 +190,30 @@ def fused_psi_sum(
     temperature: float,
     hardening,
     detach_weights: bool,
-) -> Tensor:
-    """Sum of psi over pairs for anchors z (b, V, d) against candidates z_all (B, V, d), given
-    (b, B) float masks of positive images (the anchor's own included, anchors without negatives
-    already zeroed) and of negative images."""
+) -> tuple[Tensor, Tensor]:
+    """Sum of psi over the counted (anchor, positive) pairs and their number, for anchors z
+    (b, V, d) against candidates z_all (B, V, d), given the (b, B) float masks of positive
+    images (the anchor's own included) and negative images; an anchor without negatives counts
+    no pair."""
     b, V, d = z.shape
+    B = z_all.shape[0]
+    has_negative = negative_images.sum(dim=1) > 0
+    count = (V * (V * positive_images.sum(dim=1).long() - 1) * has_negative).sum()
+    minus_counted = positive_images * has_negative.to(z.dtype).neg_()[:, None]
+    anchors = torch.arange(b, device=z.device)[:, None]
+    views = torch.arange(V, device=z.device)[None, :]
+    own = (((anchors * V + views) * V + views) * B + offset + anchors).reshape(-1)  # (i, v, v, offset + i)
     slope = hardening.beta if isinstance(hardening, ExponentialTilt) and not detach_weights else 0.0
-    self_index = torch.arange(offset, offset + b, device=z.device)
-    return _FusedInfoNCE.apply(
+    total = _FusedInfoNCE.apply(
         z.reshape(b * V, d),
-        z_all.transpose(0, 1).reshape(V * z_all.shape[0], d),
-        positive_images,
+        z_all.transpose(0, 1).reshape(V * B, d),
+        minus_counted,
         negative_images,
-        self_index,
+        own,
         V,
         float(M),
         temperature,
         hardening,
         float(slope),
     )
+    return total, count

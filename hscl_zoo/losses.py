@@ -137,17 +137,13 @@ class ContrastiveLoss(nn.Module):
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The fast path (hscl_zoo.fused_loss): image-level sets broadcast over views."""
-        B, V, _ = z.shape
+        B = z.shape[0]
         positive, negative = image_sets(
             B, z_all.shape[0], offset, labels_all, label_positives=self.positives == "labels",
             label_negatives=self.negatives == "other-labels", dtype=z.dtype, device=z.device,
         )
-        has_negative = negative.sum(dim=1) > 0
-        count = (V * (V * positive.sum(dim=1).long() - 1) * has_negative).sum()
-        total = fused_psi_sum(z, z_all, positive * has_negative[:, None].to(z.dtype), negative, offset, M=M,
-                              temperature=self.temperature, hardening=self.hardening,
-                              detach_weights=self.detach_weights)
-        return total, count
+        return fused_psi_sum(z, z_all, positive, negative, offset, M=M, temperature=self.temperature,
+                             hardening=self.hardening, detach_weights=self.detach_weights)
 
     def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The general path: any hardening function, H-UCL debiasing, any temperature."""
@@ -251,14 +247,33 @@ def normalized(features: Tensor, *, loss_name: str) -> Tensor:
     check reads the B*V norms rather than every element: one small reduction and, on a GPU, one
     host sync per call.
     """
-    f = features.to(torch.float64 if features.dtype == torch.float64 else torch.float32)
-    norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
-    if not bool(torch.isfinite(norms).all()):
-        raise ValueError(
-            f"{loss_name}: features contain NaN or inf (or values whose norm overflows); check the encoder's "
-            "output (learning rate, mixed precision)."
-        )
-    return f / norms.clamp_min(1e-12)
+    return _UnitNormalize.apply(features.to(torch.float64 if features.dtype == torch.float64 else torch.float32), loss_name)
+
+
+class _UnitNormalize(torch.autograd.Function):
+    """z = f / max(|f|, eps) with the backward written out: (g - z <g, z>) / |f| where unclamped."""
+
+    eps = 1e-12
+
+    @staticmethod
+    def forward(ctx, f: Tensor, loss_name: str) -> Tensor:  # type: ignore[override]
+        norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+        if not bool(torch.isfinite(norms).all()):
+            raise ValueError(
+                f"{loss_name}: features contain NaN or inf (or values whose norm overflows); check the encoder's "
+                "output (learning rate, mixed precision)."
+            )
+        unclamped = norms >= _UnitNormalize.eps
+        norms = norms.clamp_min_(_UnitNormalize.eps)
+        z = f / norms
+        ctx.save_for_backward(z, norms, unclamped)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        z, norms, unclamped = ctx.saved_tensors
+        along = (grad * z).sum(dim=-1, keepdim=True).mul_(unclamped)
+        return torch.addcmul(grad, z, along, value=-1.0).div_(norms), None
 
 
 def validate_inputs(features: Tensor, labels: Tensor | None, *, needs_labels: bool, loss_name: str) -> Tensor | None:
