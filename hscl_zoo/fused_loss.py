@@ -182,24 +182,27 @@ def _threshold_weights(e: Tensor, neg: Tensor, level: float) -> tuple[Tensor, Te
 def fused_psi_sum(
     z: Tensor,
     z_all: Tensor,
-    positive_images: Tensor,
-    negative_images: Tensor,
+    labels_all: Tensor | None,
     offset: int,
     *,
+    label_positives: bool,
+    label_negatives: bool,
     M: float,
     temperature: float,
     hardening,
     detach_weights: bool,
 ) -> tuple[Tensor, Tensor]:
     """Sum of psi over the counted (anchor, positive) pairs and their number, for anchors z
-    (b, V, d) against candidates z_all (B, V, d), given the (b, B) float masks of positive
-    images (the anchor's own included) and negative images; an anchor without negatives counts
-    no pair."""
+    (b, V, d), global images offset..offset+b-1, against candidates z_all (B, V, d); positives
+    and negatives are images sharing or not sharing the anchor's label or image, as asked. An
+    anchor without negatives counts no pair."""
     b, V, d = z.shape
     B = z_all.shape[0]
-    has_negative = negative_images.sum(dim=1) > 0
-    count = (V * (V * positive_images.sum(dim=1).long() - 1) * has_negative).sum()
-    minus_counted = positive_images * has_negative.to(z.dtype).neg_()[:, None]
+    positive, negative = image_sets(b, B, offset, labels_all, label_positives=label_positives,
+                                    label_negatives=label_negatives, dtype=z.dtype, device=z.device)
+    has_negative = negative.sum(dim=1) > 0
+    count = (V * (V * positive.sum(dim=1).long() - 1) * has_negative).sum()
+    minus_counted = positive.mul_(has_negative.to(z.dtype).neg_()[:, None])
     anchors = torch.arange(b, device=z.device)[:, None]
     views = torch.arange(V, device=z.device)[None, :]
     own = (((anchors * V + views) * V + views) * B + offset + anchors).reshape(-1)  # (i, v, v, offset + i)
@@ -208,7 +211,7 @@ def fused_psi_sum(
         z.reshape(b * V, d),
         z_all.transpose(0, 1).reshape(V * B, d),
         minus_counted,
-        negative_images,
+        negative,
         own,
         V,
         float(M),

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hscl_zoo.fused_loss import fused_applicable, fused_psi_sum, image_sets
+from hscl_zoo.fused_loss import fused_applicable, fused_psi_sum
 from hscl_zoo.distributed import gather_with_grad, is_distributed, world_size
 from hscl_zoo.hardening import (
     ExponentialTilt,
@@ -137,12 +137,8 @@ class ContrastiveLoss(nn.Module):
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The fast path (hscl_zoo.fused_loss): image-level sets broadcast over views."""
-        B = z.shape[0]
-        positive, negative = image_sets(
-            B, z_all.shape[0], offset, labels_all, label_positives=self.positives == "labels",
-            label_negatives=self.negatives == "other-labels", dtype=z.dtype, device=z.device,
-        )
-        return fused_psi_sum(z, z_all, positive, negative, offset, M=M, temperature=self.temperature,
+        return fused_psi_sum(z, z_all, labels_all, offset, label_positives=self.positives == "labels",
+                             label_negatives=self.negatives == "other-labels", M=M, temperature=self.temperature,
                              hardening=self.hardening, detach_weights=self.detach_weights)
 
     def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:

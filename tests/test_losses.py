@@ -266,13 +266,25 @@ def test_hardening_objects_are_nonnegative_nondecreasing():
 
 # ---- the fused fast path and the general masked path agree ----
 
+# Each branch of the fused backward: uniform, tilt beta = 1 (its own algebra), other beta, tilt
+# reduced to uniform, threshold with and without empty hard sets, detached weights.
+FUSED_CASES = {
+    **{name: (kwargs, method) for name, (kwargs, method, _, _) in CASES.items() if name != "hucl-debiased"},
+    "hscl-beta-1": (dict(beta=1.0), "hscl-beta"),
+    "hscl-beta-0": (dict(beta=0.0), "hscl-beta"),
+    "hscl-beta-1-detached": (dict(beta=1.0, detach_weights=True), "hscl-beta"),
+    "hscl-beta-2-detached": (dict(beta=2.0, detach_weights=True), "hscl-beta"),
+    "hscl-tau-some-empty": (dict(threshold=0.6), "hscl-tau"),
+}
+
+
 @pytest.mark.parametrize("V", [2, 3])
 @pytest.mark.parametrize("positives", ["views", "labels"])
-@pytest.mark.parametrize("case", [c for c in CASES if c != "hucl-debiased"])
+@pytest.mark.parametrize("case", list(FUSED_CASES))
 def test_fused_and_masked_paths_agree(case, positives, V):
     from hscl_zoo.fused_loss import fused_applicable
 
-    kwargs, method, _, _ = CASES[case]
+    kwargs, method = FUSED_CASES[case]
     loss = build_loss(method, positives=positives, **kwargs)
     f = features(V=V, seed=40 + V).requires_grad_()
     M = f.shape[0] * V - 2
@@ -296,3 +308,17 @@ def test_general_path_covers_what_the_fused_one_cannot():
     assert fused_applicable(ExponentialTilt(1.0), 0.0, 0.05, 100, torch.float32)
     assert not fused_applicable(ExponentialTilt(1.0), 0.0, 0.02, 100, torch.float32)  # e^{2/T} would overflow
     assert fused_applicable(ExponentialTilt(1.0), 0.0, 0.02, 100, torch.float64)
+
+
+@pytest.mark.parametrize("case", ["ucl", "hscl-beta-1", "hscl-beta", "hscl-tau-some-empty"])
+def test_fused_backward_can_run_twice_on_one_graph(case):
+    """The fused backward overwrites its saved buffers; a second backward (retain_graph) recomputes them."""
+    kwargs, method = FUSED_CASES[case]
+    loss = build_loss(method, **kwargs)
+    f = features(seed=8).requires_grad_()
+    value = loss(f, LABELS)
+    (first,) = torch.autograd.grad(value, f, retain_graph=True)
+    (second,) = torch.autograd.grad(value, f)
+    torch.testing.assert_close(first, second, atol=1e-12, rtol=0)
+    (fresh,) = torch.autograd.grad(loss(f, LABELS), f)
+    torch.testing.assert_close(first, fresh, atol=1e-12, rtol=0)
