@@ -19,6 +19,7 @@ debiasing of H-UCL, at temperatures where the exponentials stay in floating-poin
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -56,15 +57,16 @@ def image_sets(
     positive, negative = torch.empty(2, batch, global_batch, dtype=dtype, device=device)
     if label_positives or label_negatives:
         keys = _mask_keys(labels_all, dtype)
-        anchor_keys, candidate_keys = keys[offset : offset + batch, None], keys[None, :]
-    anchor_images = torch.arange(offset, offset + batch, device=device)[:, None]
-    images = torch.arange(global_batch, device=device)[None, :]
+        anchor_labels, labels = keys[offset : offset + batch, None], keys[None, :]
+    if not (label_positives and label_negatives):
+        anchor_images = torch.arange(offset, offset + batch, device=device)[:, None]
+        images = torch.arange(global_batch, device=device)[None, :]
     if label_positives:
-        torch.eq(anchor_keys, candidate_keys, out=positive)
+        torch.eq(anchor_labels, labels, out=positive)
     else:
         torch.eq(anchor_images, images, out=positive)
     if label_negatives:
-        torch.ne(anchor_keys, candidate_keys, out=negative)
+        torch.ne(anchor_labels, labels, out=negative)
     else:
         torch.ne(anchor_images, images, out=negative)
     return positive, negative
@@ -74,7 +76,7 @@ def _mask_keys(labels: Tensor, dtype: torch.dtype) -> Tensor:
     """Labels to compare into a `dtype` mask: on a CPU, as `dtype` itself when every label is
     exactly representable there, which lets the comparison write the mask without a cast pass."""
     exact = 2.0 / torch.finfo(dtype).eps  # 2**24 for float32: every integer up to it is exact
-    if labels.device.type == "cpu" and int(labels.abs().max()) <= exact:
+    if labels.device.type == "cpu" and max(-int(labels.min()), int(labels.max())) <= exact:
         return labels.to(dtype)
     return labels
 
@@ -169,6 +171,14 @@ def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tenso
     return e, neg_psi, sum_w, sum_we, level
 
 
+@functools.lru_cache(maxsize=16)
+def _own_entries(b: int, V: int, B: int, offset: int, device: torch.device) -> Tensor:
+    """Flat indices of each anchor against itself, (i, v, v, offset + i), in the (b, V, V, B) layout."""
+    anchors = torch.arange(b, device=device)[:, None]
+    views = torch.arange(V, device=device)[None, :]
+    return (((anchors * V + views) * V + views) * B + offset + anchors).reshape(-1)
+
+
 def _threshold_weights(e: Tensor, neg: Tensor, level: float) -> tuple[Tensor, Tensor]:
     """Hard-negative indicator 1(e >= level) on negatives (level = e^{l/T} for the cosine level
     l), with uniform weights for an anchor whose hard set is empty; returns the per-anchor level
@@ -203,9 +213,7 @@ def fused_psi_sum(
     has_negative = negative.sum(dim=1) > 0
     count = (V * (V * positive.sum(dim=1).long() - 1) * has_negative).sum()
     minus_counted = positive.mul_(has_negative.to(z.dtype).neg_()[:, None])
-    anchors = torch.arange(b, device=z.device)[:, None]
-    views = torch.arange(V, device=z.device)[None, :]
-    own = (((anchors * V + views) * V + views) * B + offset + anchors).reshape(-1)  # (i, v, v, offset + i)
+    own = _own_entries(b, V, B, offset, z.device)
     slope = hardening.beta if isinstance(hardening, ExponentialTilt) and not detach_weights else 0.0
     total = _FusedInfoNCE.apply(
         z.reshape(b * V, d),

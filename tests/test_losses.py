@@ -322,3 +322,12 @@ def test_fused_backward_can_run_twice_on_one_graph(case):
     torch.testing.assert_close(first, second, atol=1e-12, rtol=0)
     (fresh,) = torch.autograd.grad(loss(f, LABELS), f)
     torch.testing.assert_close(first, fresh, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["scl", "hscl-beta"])
+def test_labels_beyond_float_precision_keep_their_classes(name):
+    """Labels are compared exactly: 2**40 and 2**40 + 1 stay two classes (float32 would merge them)."""
+    f = features(seed=9)
+    loss = build_loss(name)
+    torch.testing.assert_close(loss(f, LABELS + 2**40), loss(f, LABELS), atol=1e-12, rtol=0)
+    torch.testing.assert_close(loss(f, LABELS - 2**40), loss(f, LABELS), atol=1e-12, rtol=0)
