@@ -8,7 +8,9 @@ positive p,
 
     psi_ip = log(1 + M * exp(-g_ip) * sum_j w_ij e^{g_ij} / sum_j w_ij),   g = cosine / temperature,
 
-and the loss is the mean of psi over all (anchor, positive) pairs, computed in log space.
+and the loss is the mean of psi over all (anchor, positive) pairs. The general path computes it in
+log space; the fused path (`hscl_zoo.fused_loss`) takes the exponentials directly where the cosine
+bound keeps them in floating-point range.
 """
 
 from __future__ import annotations
