@@ -19,7 +19,6 @@ debiasing of H-UCL, at temperatures where the exponentials stay in floating-poin
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -171,7 +170,6 @@ def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tenso
     return e, neg_psi, sum_w, sum_we, level
 
 
-@functools.lru_cache(maxsize=16)
 def _own_entries(b: int, V: int, B: int, offset: int, device: torch.device) -> Tensor:
     """Flat indices of each anchor against itself, (i, v, v, offset + i), in the (b, V, V, B) layout."""
     anchors = torch.arange(b, device=device)[:, None]

@@ -333,3 +333,16 @@ def test_labels_beyond_float_precision_keep_their_classes(name):
     torch.testing.assert_close(loss(f, LABELS - 2**40), loss(f, LABELS))
     merged = torch.where(LABELS == 1, 0, LABELS)  # what a lossy comparison of 2**40 + {0, 1} would see
     assert not torch.allclose(loss(f, merged + 2**40), loss(f, LABELS))
+
+
+def test_loss_under_inference_mode_then_training():
+    """A validation loss computed under torch.inference_mode leaves nothing behind that breaks training."""
+    loss = build_loss("hscl-beta")
+    f = features(seed=10, dtype=torch.float32)
+    with torch.inference_mode():
+        evaluated = loss(f, LABELS)
+    trained = f.clone().requires_grad_()
+    value = loss(trained, LABELS)
+    value.backward()
+    assert torch.isfinite(trained.grad).all()
+    torch.testing.assert_close(value.detach(), evaluated)
