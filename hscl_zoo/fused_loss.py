@@ -149,19 +149,19 @@ def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tenso
     neg = negative[:, None, None, :]
     g = ((z * inv_t) @ z_all.T).view(b, V, V, B)
     level = None
-    if isinstance(hardening, ExponentialTilt) and hardening.beta not in (0.0, 1.0):
+    uniform = hardening is None or (isinstance(hardening, ExponentialTilt) and hardening.beta == 0.0)
+    if isinstance(hardening, ExponentialTilt) and not uniform and hardening.beta != 1.0:
         scratch = torch.mul(g, hardening.beta).exp_().mul_(neg)
         e = g.exp_()
+        sum_w = scratch.sum(dim=(2, 3), keepdim=True)
     else:
         e = g.exp_()
         if isinstance(hardening, Threshold):
-            level, scratch = _threshold_weights(e, neg, math.exp(hardening.current_level * inv_t))
+            level, scratch, sum_w = _threshold_weights(e, neg, V, math.exp(hardening.current_level * inv_t))
         else:
             scratch = e * neg
-    if hardening is None or (isinstance(hardening, ExponentialTilt) and hardening.beta == 0.0):
-        sum_w = (negative.sum(dim=1) * V)[:, None, None, None]
-    else:
-        sum_w = scratch.sum(dim=(2, 3), keepdim=True)
+            sum_w = (negative.sum(dim=1) * V)[:, None, None, None] if uniform else scratch.sum(dim=(2, 3), keepdim=True)
+    if not uniform:
         scratch.mul_(e)
     sum_we = scratch.sum(dim=(2, 3), keepdim=True).clamp_min_(tiny)
     sum_w = sum_w.clamp_min(tiny)
@@ -177,14 +177,16 @@ def _own_entries(b: int, V: int, B: int, offset: int, device: torch.device) -> T
     return (((anchors * V + views) * V + views) * B + offset + anchors).reshape(-1)
 
 
-def _threshold_weights(e: Tensor, neg: Tensor, level: float) -> tuple[Tensor, Tensor]:
+def _threshold_weights(e: Tensor, neg: Tensor, V: int, level: float) -> tuple[Tensor, Tensor, Tensor]:
     """Hard-negative indicator 1(e >= level) on negatives (level = e^{l/T} for the cosine level
     l), with uniform weights for an anchor whose hard set is empty; returns the per-anchor level
-    actually used (0 for those anchors, which every e > 0 passes) and the weights."""
+    actually used (0 for those anchors, which every e > 0 passes), the weights and their sum."""
     weights = torch.ge(e, level, out=torch.empty_like(e)).mul_(neg)
-    empty = weights.sum(dim=(2, 3), keepdim=True) == 0
+    sum_w = weights.sum(dim=(2, 3), keepdim=True)
+    empty = sum_w == 0
     weights.add_(empty.to(e.dtype) * neg)
-    return torch.where(empty, 0.0, level).to(e.dtype), weights
+    sum_w = torch.where(empty, neg.sum(dim=3, keepdim=True) * V, sum_w)
+    return torch.where(empty, 0.0, level).to(e.dtype), weights, sum_w
 
 
 def fused_psi_sum(
