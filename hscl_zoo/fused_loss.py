@@ -98,7 +98,7 @@ class _FusedInfoNCE(torch.autograd.Function):
         neg_psi = state[1]
         total = neg_psi.take(own).sum() - neg_psi.sum()
         ctx.save_for_backward(z, z_all, minus_counted, negative, own)
-        ctx.state, ctx.intact = state, True
+        ctx.state = state
         ctx.meta = (views, M, inv_t, slope, hardening)
         return total
 
@@ -106,8 +106,8 @@ class _FusedInfoNCE(torch.autograd.Function):
     def backward(ctx, grad_total):  # type: ignore[override]
         z, z_all, minus_counted, negative, own = ctx.saved_tensors
         V, M, inv_t, slope, hardening = ctx.meta
-        state = ctx.state if ctx.intact else _pair_terms(z, z_all, minus_counted, negative, V, M, inv_t, hardening)
-        ctx.intact = False
+        state = ctx.state if ctx.state is not None else _pair_terms(z, z_all, minus_counted, negative, V, M, inv_t, hardening)
+        ctx.state = None  # the buffers are overwritten below; released with them, as saved tensors are after backward
         e, grad, sum_w, sum_we, level = state
         neg = negative[:, None, None, :]
         grad.exp_().sub_(1.0)  # exp(-psi) - 1 = -sigmoid(log M + log E - g_ip) on counted pairs, 0 elsewhere

@@ -346,3 +346,18 @@ def test_loss_under_inference_mode_then_training():
     value.backward()
     assert torch.isfinite(trained.grad).all()
     torch.testing.assert_close(value.detach(), evaluated)
+
+
+def test_fused_node_releases_its_buffers_after_backward():
+    """A kept loss tensor must not pin the two N x N buffers after backward (as saved tensors are freed)."""
+    f = features(seed=11).requires_grad_()
+    value = build_loss("hscl-beta")(f, LABELS)
+    pending, nodes = [value.grad_fn], []
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        pending.extend(n for n, _ in node.next_functions if n is not None)
+    (fused,) = [n for n in nodes if "FusedInfoNCE" in type(n).__name__]
+    assert all(t.numel() == f.shape[0] * 2 * f.shape[0] * 2 for t in fused.state[:2])
+    value.backward()
+    assert fused.state is None
