@@ -304,6 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = " ".join(["python benchmarks/loss_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    commit = git_commit()  # the code as it was when the timings started
     fns = methods(args)
     names = list(fns)
     pairs = ratio_pairs(args, names)
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(dict(
-            command=command, git_commit=git_commit(), date=utc_now(),
+            command=command, git_commit=commit, date=utc_now(),
             machine=info, device=args.device, threads=args.threads, batch_sizes=args.batch_sizes, views=2,
             dim=args.dim, classes=args.classes, temperature=args.temperature, betas=args.betas,
             reruns=args.reruns, repeats=args.repeats, warmup=args.warmup, iters_per_sync=args.iters_per_sync,
