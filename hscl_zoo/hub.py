@@ -55,8 +55,11 @@ __all__ = [
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-TRAINING_KEYS = ("dataset", "method", "hyperparameters", "epochs", "global_batch_size", "negatives_per_anchor")
-"""Keys a training summary must have (others are kept as given)."""
+TRAINING_KEYS = ("dataset", "method", "hyperparameters", "epochs", "global_batch_size",
+                 "expected_negatives_per_anchor")
+"""Keys a training summary must have (others are kept as given). ``expected_negatives_per_anchor``
+is the count the global batch size implies (``hscl_zoo.publishing.expected_negatives_per_anchor``),
+not a measurement."""
 
 _HUB_PREFIX = "hf-hub:"
 _LOCAL_PREFIX = "local-dir:"
@@ -329,7 +332,7 @@ def _check_training(training: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"training summary lacks {missing}; give all of {list(TRAINING_KEYS)} "
                          "(e.g. dataset='cifar100', method='hscl-beta', hyperparameters={'beta': 1.0, ...}, "
-                         "epochs=200, global_batch_size=512, negatives_per_anchor=1022).")
+                         "epochs=200, global_batch_size=512, expected_negatives_per_anchor=1022).")
     if not isinstance(training["hyperparameters"], Mapping):
         raise ValueError("training['hyperparameters'] must be a dict of the method's hyperparameters.")
     return dict(training)

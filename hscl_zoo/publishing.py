@@ -24,9 +24,11 @@ CARD_NAME = "README.md"
 CARD_METRICS = ("top1", "top5", "knn_top1")
 
 
-def negatives_per_anchor(cfg: PretrainConfig, num_classes: int) -> int:
-    """Negatives each anchor meets in a global batch: every other image's views for UCL/H-UCL;
-    for SCL/H-SCL the other-label views, (C - 1) / C of them on a class-balanced batch."""
+def expected_negatives_per_anchor(cfg: PretrainConfig, num_classes: int) -> int:
+    """The negatives an anchor is expected to meet in a global batch, computed from the batch
+    size and the class count, not counted during training: every other image's views for
+    UCL/H-UCL (exact); for SCL/H-SCL the other-label views of a class-balanced batch,
+    (C - 1) / C of them (a real batch's count varies with the labels it draws)."""
     others = (cfg.batch_size - 1) * cfg.views
     if cfg.method in ("ucl", "hucl"):
         return others
@@ -44,7 +46,7 @@ def training_summary(
         "hyperparameters": cfg.method_hyperparameters(),
         "epochs": cfg.epochs,
         "global_batch_size": cfg.batch_size,
-        "negatives_per_anchor": negatives_per_anchor(cfg, num_classes),
+        "expected_negatives_per_anchor": expected_negatives_per_anchor(cfg, num_classes),
         "views": cfg.views,
         "label_positive_pairing": cfg.label_positive_pairing,
         "subset": cfg.subset,

@@ -27,7 +27,7 @@ REPO = "hscl-test/tiny-resnet"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TRAINING = {
     "dataset": "cifar10", "method": "hscl-beta", "hyperparameters": {"beta": 1.0, "temperature": 0.5},
-    "epochs": 1, "global_batch_size": 8, "negatives_per_anchor": 14,
+    "epochs": 1, "global_batch_size": 8, "expected_negatives_per_anchor": 14,
 }
 
 
