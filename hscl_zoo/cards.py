@@ -96,6 +96,10 @@ _PAPER_RECIPE = (
     "temperature 0.5; augmentations crop, flip, colour jitter, grayscale, blur; then a linear probe on the "
     "frozen features."
 )
+_STL10_STEM = (
+    "At STL-10's 96 px the paper does not say which stem it used; this config uses timm's default ResNet "
+    "stem (7x7 stride-2 conv and max-pool) at 96 px, as its comments explain."
+)
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,7 @@ def _training(facts: _CardFacts) -> str:
         lines.append(f"Config: `{facts.config}` in the hscl_zoo repository; reproduce with "
                      f"`{registry.pretrain_command(facts.config)}`.")
     if facts.training is None:
-        lines.append(_PAPER_RECIPE)
+        lines.append(_PAPER_RECIPE + (" " + _STL10_STEM if facts.dataset == "stl10" else ""))
         return "\n\n".join(lines)
     summary = facts.training
     rows = [
@@ -245,7 +249,7 @@ def _training(facts: _CardFacts) -> str:
         ("method", summary["method"]),
         ("epochs", summary.get("epochs", "n/a")),
         ("global batch", summary.get("global_batch_size", "n/a")),
-        ("negatives per anchor", summary.get("negatives_per_anchor", "n/a")),
+        ("negatives per anchor (expected from the batch size)", summary.get("expected_negatives_per_anchor", "n/a")),
     ]
     hyper = summary.get("hyperparameters") or {}
     rows += [(f"`{key}`", hyper[key]) for key in sorted(hyper)]
