@@ -1,14 +1,25 @@
-"""The zoo registry: names, wildcards, pinning rules and Table 1 of the paper."""
+"""The zoo registry: names, wildcards, pinning rules and Table 1 of the paper, and a real
+published entry (weights in a Hub cache, pinned commit and sha256) loaded by its zoo name."""
 
 import dataclasses
 import re
+from types import MappingProxyType
 
 import pytest
+import torch
+from huggingface_hub import constants
 from huggingface_hub.utils import validate_repo_id
+from safetensors.torch import load_file
 
 import hscl_zoo
 from hscl_zoo import registry
+from hscl_zoo.hub import ChecksumMismatchError, save_pretrained, sha256_file
+from hscl_zoo.models import create_model
 from hscl_zoo.registry import ZooEntry, info, list_models
+from test_hub import make_hub_cache
+
+PUBLISHED_NAME = "scl-cifar10"
+PINNED = "89abcdef0123456789abcdef0123456789abcdef"
 
 METHODS = ["ucl", "hucl", "scl", "hscl-beta", "hscl-tau"]
 DATASETS = ["stl10", "cifar10", "cifar100", "tinyimagenet"]
@@ -31,8 +42,33 @@ def test_wildcards(pattern, expected):
     assert list_models(pattern) == expected
 
 
-def test_published_only_lists_exactly_the_published_entries():
-    assert list_models(published_only=True) == [n for n in list_models() if info(n).published]
+@pytest.fixture
+def published(monkeypatch, tmp_path):
+    """One zoo entry published for real: a model saved by save_pretrained, laid out in a Hub cache
+    under the entry's repo at a pinned commit, and its line (commit, sha256, metrics) in the
+    registry's _PUBLISHED table, from which the entries are rebuilt. Offline mode is on."""
+    torch.manual_seed(0)
+    model = create_model("resnet10t", num_classes=10, image_size=32).eval()
+    folder = save_pretrained(model, tmp_path / "weights")
+    cache = tmp_path / "hub-cache"
+    make_hub_cache(cache, f"{registry.HUB_ORG}/{PUBLISHED_NAME}", folder, PINNED)
+    sha256 = sha256_file(folder / "model.safetensors")
+    monkeypatch.setitem(registry._PUBLISHED, PUBLISHED_NAME, (PINNED, sha256, {"top1": 12.5}))
+    monkeypatch.setattr(registry, "_ENTRIES", MappingProxyType(registry._build_entries()))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return model, cache
+
+
+def test_published_only_lists_exactly_the_published_entries(published):
+    assert list_models(published_only=True) == [PUBLISHED_NAME]
+    assert list_models("scl-*", published_only=True) == [PUBLISHED_NAME]
+    assert list_models("ucl-*", published_only=True) == []
+    assert len(list_models()) == 20
+    entry = info(PUBLISHED_NAME)
+    assert entry.published and (entry.revision, dict(entry.metrics)) == (PINNED, {"top1": 12.5})
+    assert f"published at revision {PINNED}" in str(entry) and "top1=12.5" in str(entry)
+    assert not info("scl-cifar100").published
 
 
 def test_bad_pattern_is_an_error():
@@ -109,7 +145,29 @@ def test_entries_are_immutable():
     assert isinstance(entry, ZooEntry) and entry.num_classes == 10
 
 
-def test_find_by_repo_needs_the_pinned_revision():
-    entry = info("scl-cifar10")
+def test_find_by_repo_needs_the_pinned_revision(published):
+    entry = info(PUBLISHED_NAME)
+    assert registry.find_by_repo(entry.hub_repo, PINNED) is entry
     assert registry.find_by_repo(entry.hub_repo, None) is None
-    assert registry.find_by_repo(entry.hub_repo, entry.revision) is None  # unpublished: nothing to check
+    assert registry.find_by_repo(entry.hub_repo, "main") is None
+    assert registry.find_by_repo("hscl-zoo/scl-cifar100", PINNED) is None
+
+
+def test_published_name_loads_the_pinned_weights_and_checks_their_sha256(published):
+    model, cache = published
+    entry = info(PUBLISHED_NAME)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    for source in (PUBLISHED_NAME, f"hf-hub:{entry.hub_repo}@{PINNED}", f"hf-hub:{entry.hub_repo}"):
+        assert torch.equal(hscl_zoo.load(source, cache_dir=cache)(x), model(x)), source
+
+    # Change one byte of a weight in the cached blob: the file still loads, but not at the pin.
+    snapshot = cache / f"models--{registry.HUB_ORG}--{PUBLISHED_NAME}" / "snapshots" / PINNED / "model.safetensors"
+    blob = snapshot.resolve()
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0x01
+    blob.write_bytes(bytes(data))
+    assert load_file(snapshot).keys() == model.state_dict().keys()
+    for source in (PUBLISHED_NAME, f"hf-hub:{entry.hub_repo}@{PINNED}"):
+        with pytest.raises(ChecksumMismatchError, match=f"{entry.sha256}"):
+            hscl_zoo.load(source, cache_dir=cache)
+    hscl_zoo.load(f"hf-hub:{entry.hub_repo}", cache_dir=cache)  # not the pinned revision: no checksum to check
