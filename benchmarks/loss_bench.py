@@ -4,7 +4,7 @@ For each thread count and batch size B (V views, d dims, random features, labels
 `--classes` classes) it times, forward + backward on the same input:
 
 * our five losses, `hscl_zoo.build_loss(name)` with default settings;
-* (a) the plain-loop reference of the tests, `tests/reference_losses.reference_loss`, as
+* (a) the plain-loop reference of the tests, `hscl_zoo.losses.reference.reference_loss`, as
   H-SCL(beta) -- very slow, so only up to `--reference-max-batch` and with
   `--reference-repeats` repeats ("-" in the table elsewhere);
 * (b) `benchmarks/official_style.official_style_hscl_beta`, a transcription of the official
@@ -37,15 +37,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from official_style import official_style_hscl_beta  # benchmarks/, the script's own folder
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from official_style import official_style_hscl_beta  # noqa: E402
-from reference_losses import exp_tilt, reference_loss  # noqa: E402
-
-from hscl_zoo import LOSS_NAMES, build_loss  # noqa: E402
+from hscl_zoo import LOSS_NAMES, METHODS, build_loss
+from hscl_zoo.losses.reference import exp_tilt, reference_loss
 
 warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True to a scalar")
 
@@ -66,7 +61,7 @@ def methods(args: argparse.Namespace) -> dict[str, LossFn]:
     table: dict[str, LossFn] = {"floor": floor_loss(args.temperature)}
     for name in LOSS_NAMES:
         kwargs = {"temperature": args.temperature}
-        if name in ("hucl", "hscl-beta"):
+        if any(h.name == "beta" for h in METHODS[name].hyperparameters):
             kwargs["beta"] = args.beta
         table[name] = build_loss(name, **kwargs)
     table["official-style"] = lambda f, y: official_style_hscl_beta(f, y, args.temperature, args.beta)
@@ -227,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print("| " + " | ".join(cells) + " |")
     print()
-    print(f"Times in ms (median). loop-reference (tests/reference_losses.py, H-SCL(beta)) is timed only for "
+    print(f"Times in ms (median). loop-reference (hscl_zoo/losses/reference.py, H-SCL(beta)) is timed only for "
           f"B <= {args.reference_max_batch} with {args.reference_repeats} repeats: its Python loop over "
           f"anchor x candidate pairs takes tens of seconds per call at B = 128 and grows ~4x per doubling of B; "
           f"'-' marks the skipped cells. spread: 75th / 25th percentile of the hscl-beta timings (near 1x on a "

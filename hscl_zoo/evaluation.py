@@ -20,10 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from hscl_zoo.data import require_internal_columns
+from hscl_zoo.data.datasets import require_internal_columns
+from hscl_zoo.data.transforms import eval_transform
 
 if TYPE_CHECKING:
-    from hscl_zoo.data import LoadedData
+    from hscl_zoo.data.datasets import LoadedData
 
 
 class _TransformedImages(torch.utils.data.Dataset):
@@ -57,8 +58,8 @@ def extract_features(
         encode_fn: maps a float batch (B, 3, H, W) to features (B, D), e.g. a model's
             ``forward_features`` plus pooling. If it is an ``nn.Module`` or a bound method of
             one, that module is put in eval mode for the pass and its mode restored afterwards.
-        dataset: table with ``image`` and ``label`` columns (see ``hscl_zoo.data``).
-        transform: deterministic preprocessing, normally ``augment.eval_transform(cfg)``.
+        dataset: table with ``image`` and ``label`` columns (see ``hscl_zoo.data.datasets``).
+        transform: deterministic preprocessing, normally ``hscl_zoo.data.transforms.eval_transform(cfg)``.
         batch_size: images per forward pass.
         device: where the batches go; by default the device of the module's first parameter,
             else CPU.
@@ -308,7 +309,7 @@ def evaluate_encoder(
     """Linear probe and kNN of a zoo encoder on a dataset's train/test splits.
 
     Features come from ``encoder.encode`` with the encoder's own eval preprocessing
-    (``encoder.transform``, else :func:`hscl_zoo.augment.eval_transform` of
+    (``encoder.transform``, else :func:`hscl_zoo.data.transforms.eval_transform` of
     ``encoder.pretrained_cfg``), extracted once per split and shared by both evaluations.
 
     Returns:
@@ -319,8 +320,6 @@ def evaluate_encoder(
     """
     transform = getattr(encoder, "transform", None)
     if transform is None:
-        from hscl_zoo.augment import eval_transform
-
         transform = eval_transform(encoder.pretrained_cfg)
     options = {"batch_size": batch_size, "device": device, "num_workers": num_workers}
     train_f, train_y = extract_features(encoder.encode, data.train, transform, progress=progress, **options)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 import hscl_zoo
-from hscl_zoo.data import load_splits
+from hscl_zoo.data.datasets import load_splits
 from hscl_zoo.evaluation import evaluate_encoder
 
 # used when neither the command line nor the model's recipe config sets them

@@ -4,9 +4,9 @@
     python recipes/publish.py --run runs/c10 --repo-id me/hscl-beta-cifar10 --push  # upload (token: HF_TOKEN)
 
 The folder holds model.safetensors, config.json (architecture, preprocessing, training summary),
-a model card README.md rendered from hscl_zoo.cards, and metrics.json. Before anything is written
+a model card README.md rendered from hscl_zoo.zoo.cards, and metrics.json. Before anything is written
 the weights are loaded back strictly, so a broken run is refused. After a push, the line to pin
-the model in hscl_zoo/registry.py (repo, revision, sha256, metrics) is printed.
+the model in hscl_zoo/zoo/registry.py (repo, revision, sha256, metrics) is printed.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import hscl_zoo
-from hscl_zoo.hub import WEIGHTS_NAME, sha256_file
-from hscl_zoo.publishing import METRICS_NAME, write_hub_folder
+from hscl_zoo.training.publishing import METRICS_NAME, write_hub_folder
+from hscl_zoo.zoo.hub import WEIGHTS_NAME, sha256_file
 
 
 def build_folder(run: Path, out: Path, repo_id: str | None = None, name: str | None = None) -> Path:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> Path:
                                    commit_message=f"Upload {args.name or args.repo_id} from hscl_zoo")
         evaluation = json.loads((folder / METRICS_NAME).read_text())["evaluation"]
         print(f"pushed: {commit.commit_url}")
-        print("pin it in hscl_zoo/registry.py:",
+        print("pin it in hscl_zoo/zoo/registry.py:",
               json.dumps({"hub_repo": args.repo_id, "revision": commit.oid, "sha256": sha256_file(folder / WEIGHTS_NAME),
                           "metrics": {k: round(evaluation[k], 2) for k in ("top1", "top5", "knn_top1") if k in evaluation}}))
     return folder

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hscl_zoo import DiagnosticsMeter, assumption_fraction, build_loss, lemma_losses
-from hscl_zoo.diagnostics import negative_masses
-from hscl_zoo.hardening import ExponentialTilt, Threshold
+from hscl_zoo.losses.diagnostics import negative_masses
+from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
 
 
 def clustered(B=24, V=2, d=8, classes=4, spread=0.3, seed=0):

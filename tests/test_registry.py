@@ -7,8 +7,8 @@ import pytest
 from huggingface_hub.utils import validate_repo_id
 
 import hscl_zoo
-from hscl_zoo import registry
-from hscl_zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.zoo import registry
+from hscl_zoo.zoo.registry import ZooEntry, info, list_models
 
 METHODS = ["ucl", "hucl", "scl", "hscl-beta", "hscl-tau"]
 DATASETS = ["stl10", "cifar10", "cifar100", "tinyimagenet"]
@@ -44,7 +44,7 @@ def test_bad_pattern_is_an_error():
 def test_entry_is_consistent(name):
     entry = info(name)
     assert entry.name == f"{entry.method}-{entry.dataset}" == name
-    assert entry.config == f"recipes/configs/{entry.dataset}-{entry.method}.yaml"
+    assert entry.config == f"recipes/configs/{name}.yaml"
     assert entry.hub_repo == f"hscl-zoo/{name}"
     validate_repo_id(entry.hub_repo)
     assert entry.backbone == "resnet50"
@@ -80,7 +80,7 @@ def test_unknown_name_lists_closest():
 def test_summary_shows_publication_status():
     text = str(info("hscl-beta-cifar100"))
     assert "hscl-zoo/hscl-beta-cifar100" in text and "75.11" in text
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in text
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in text
     published = dataclasses.replace(info("hscl-beta-cifar100"), revision="a" * 40, sha256="b" * 64,
                                     metrics={"top1": 74.9})
     text = str(published)

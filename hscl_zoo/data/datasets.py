@@ -9,12 +9,12 @@ Hub's layout, or the embedded scikit-learn digits), comes out of :func:`load_spl
 * ``label``: ``datasets.ClassLabel`` with the class names, integer values in ``[0, num_classes)``.
 
 Each source's own column names (``img``, ``fine_label``, ...) are mapped to that form by the
-:class:`DatasetSpec` registered under the dataset's name in :data:`DATASETS`.
+:class:`DatasetSpec` registered under the dataset's name in the dataset table
+(:mod:`hscl_zoo.data.catalog`).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,124 +22,10 @@ from pathlib import Path
 import datasets
 import numpy as np
 
+from hscl_zoo.data.catalog import DatasetSpec, get_spec
+
 INTERNAL_IMAGE = "image"
 INTERNAL_LABEL = "label"
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """How one dataset is found and what its columns mean.
-
-    Attributes:
-        name: registry name (``"cifar10"``).
-        hub_id: Hugging Face dataset repo read by ``load_dataset`` when no ``data_dir`` is given
-            (``None`` for the embedded digits).
-        image_column: column holding the image in the source (renamed to ``image``).
-        label_column: column holding the class index in the source (renamed to ``label``).
-        train_split: name of the training split; also the parquet file-name prefix in a data_dir.
-        test_split: name of the held-out split used for evaluation (``valid`` for Tiny ImageNet).
-        num_classes: number of classes of ``label_column``.
-        image_size: side length in pixels of the stored images, used as the default training and
-            evaluation resolution.
-        mean: per-channel RGB mean of the training images in [0, 1], for normalisation.
-        std: per-channel RGB standard deviation (over all pixels) of the training images.
-        class_names_source: where :func:`load_splits` takes class names from; ``"ClassLabel"``
-            means the label feature's names, used whenever the label column is a ClassLabel.
-        fallback_class_names: names used when the label column is a plain integer column;
-            empty means ``"0"``, ``"1"``, ...
-    """
-
-    name: str
-    hub_id: str | None
-    image_column: str
-    label_column: str
-    train_split: str
-    test_split: str
-    num_classes: int
-    image_size: int
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    class_names_source: str = "ClassLabel"
-    fallback_class_names: tuple[str, ...] = ()
-
-
-_CIFAR10_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)
-_STL10_NAMES = (
-    "airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck",
-)
-
-DIGITS_IMAGE_SIZE = 16
-DIGITS_TEST_SIZE = 360
-DIGITS_SPLIT_SEED = 0
-
-DATASETS: dict[str, DatasetSpec] = {
-    "digits": DatasetSpec(
-        name="digits",
-        hub_id=None,
-        image_column="image",
-        label_column="label",
-        train_split="train",
-        test_split="test",
-        num_classes=10,
-        image_size=DIGITS_IMAGE_SIZE,
-        mean=(0.3054, 0.3054, 0.3054),
-        std=(0.3187, 0.3187, 0.3187),
-        class_names_source="scikit-learn load_digits target (digit as text)",
-        fallback_class_names=tuple(str(d) for d in range(10)),
-    ),
-    "cifar10": DatasetSpec(
-        name="cifar10",
-        hub_id="uoft-cs/cifar10",
-        image_column="img",
-        label_column="label",
-        train_split="train",
-        test_split="test",
-        num_classes=10,
-        image_size=32,
-        mean=(0.4914, 0.4822, 0.4465),
-        std=(0.2470, 0.2435, 0.2616),
-        fallback_class_names=_CIFAR10_NAMES,
-    ),
-    "cifar100": DatasetSpec(
-        name="cifar100",
-        hub_id="uoft-cs/cifar100",
-        image_column="img",
-        label_column="fine_label",
-        train_split="train",
-        test_split="test",
-        num_classes=100,
-        image_size=32,
-        mean=(0.5071, 0.4865, 0.4409),
-        std=(0.2673, 0.2564, 0.2762),
-    ),
-    "stl10": DatasetSpec(
-        name="stl10",
-        hub_id="tanganke/stl10",
-        image_column="image",
-        label_column="label",
-        train_split="train",
-        test_split="test",
-        num_classes=10,
-        image_size=96,
-        mean=(0.4467, 0.4398, 0.4066),
-        std=(0.2603, 0.2566, 0.2713),
-        fallback_class_names=_STL10_NAMES,
-    ),
-    "tinyimagenet": DatasetSpec(
-        name="tinyimagenet",
-        hub_id="zh-plus/tiny-imagenet",
-        image_column="image",
-        label_column="label",
-        train_split="train",
-        test_split="valid",
-        num_classes=200,
-        image_size=64,
-        mean=(0.4802, 0.4481, 0.3975),
-        std=(0.2770, 0.2691, 0.2821),
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -162,15 +48,6 @@ def require_internal_columns(dataset: datasets.Dataset, user: str) -> None:
         )
 
 
-def get_spec(name: str) -> DatasetSpec:
-    """Return the registered spec for ``name``; a ValueError lists the known names otherwise."""
-    try:
-        return DATASETS[name]
-    except (KeyError, TypeError):
-        known = ", ".join(sorted(DATASETS))
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {known}") from None
-
-
 def load_splits(
     name: str,
     data_dir: str | Path | None = None,
@@ -181,12 +58,13 @@ def load_splits(
     """Load the train and test splits of dataset ``name`` in the internal form.
 
     Args:
-        name: one of :data:`DATASETS` (``digits``, ``cifar10``, ``cifar100``, ``stl10``,
-            ``tinyimagenet``).
+        name: a registered dataset (``digits``, ``cifar10``, ``cifar100``, ``stl10``,
+            ``tinyimagenet``, or one added with ``register_dataset``).
         data_dir: a folder of parquet files in the Hub layout (searched recursively); a file
             belongs to a split when its name starts with the split name followed by ``-``, ``_``
             or ``.`` (``train-00000-of-00001.parquet``). ``None`` reads ``spec.hub_id`` with
-            ``datasets.load_dataset`` (network or the local Hub cache). Not used by ``digits``.
+            ``datasets.load_dataset`` (network or the local Hub cache). Not used by a dataset
+            built by its spec's ``builder`` (``digits``).
         subset: if given, keep a class-balanced, seeded subset of this many train rows and the
             same fraction of the test rows (see :func:`balanced_subset`), for CPU-budget runs.
         seed: seed of the subset draw.
@@ -204,13 +82,14 @@ def load_splits(
     spec = get_spec(name)
     if subset is not None:
         _check_positive_int(subset, "subset")
-    if spec.name == "digits":
+    if spec.builder is not None:
         if data_dir is not None:
             raise ValueError(
-                "the digits dataset is built from scikit-learn's bundled data; "
-                "call load_splits('digits') without data_dir"
+                f"the {spec.name} dataset is built in memory by its spec's builder; "
+                f"call load_splits({spec.name!r}) without data_dir"
             )
-        train, test = _digits_splits()
+        train, test = spec.builder(spec)
+        require_internal_columns(train, f"the {spec.name} builder's output")
     else:
         train = load_split(name, spec.train_split, data_dir)
         test = load_split(name, spec.test_split, data_dir)
@@ -391,44 +270,3 @@ def _load_from_hub(spec: DatasetSpec, split: str) -> datasets.Dataset:
             f"local cache: {err}. Without network access, pass data_dir= a folder of parquet "
             f"files in the Hub layout (e.g. '../shared/data/{spec.name}')"
         ) from err
-
-
-@functools.lru_cache(maxsize=1)
-def _digits_splits() -> tuple[datasets.Dataset, datasets.Dataset]:
-    from PIL import Image
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    bunch = load_digits()
-    pixels = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
-    images = [
-        Image.fromarray(p)
-        .resize((DIGITS_IMAGE_SIZE, DIGITS_IMAGE_SIZE), Image.Resampling.BILINEAR)
-        .convert("RGB")
-        for p in pixels
-    ]
-    labels = bunch.target.astype(np.int64)
-    train_idx, test_idx = train_test_split(
-        np.arange(len(labels)),
-        test_size=DIGITS_TEST_SIZE,
-        stratify=labels,
-        random_state=DIGITS_SPLIT_SEED,
-    )
-    features = datasets.Features(
-        {
-            INTERNAL_IMAGE: datasets.Image(mode="RGB"),
-            INTERNAL_LABEL: datasets.ClassLabel(names=list(DATASETS["digits"].fallback_class_names)),
-        }
-    )
-
-    def table(idx: np.ndarray) -> datasets.Dataset:
-        order = np.sort(idx)
-        return datasets.Dataset.from_dict(
-            {
-                INTERNAL_IMAGE: [images[i] for i in order],
-                INTERNAL_LABEL: labels[order].tolist(),
-            },
-            features=features,
-        )
-
-    return table(train_idx), table(test_idx)

@@ -1,12 +1,12 @@
-"""SimCLR views made on the accelerator from uint8 batches, and a dataset that only decodes.
+"""SimCLR views made on the accelerator from uint8 batches.
 
-The CPU pipeline (:func:`hscl_zoo.augment.simclr_transform`) augments one PIL image at a time in
-DataLoader workers. At H100 speeds that needs far more CPU cores than a machine has, so this
-module moves the augmentation onto the device that trains:
+The CPU pipeline (:func:`hscl_zoo.data.transforms.simclr_transform`) augments one PIL image at
+a time in DataLoader workers. At H100 speeds that needs far more CPU cores than a machine has, so
+this module moves the augmentation onto the device that trains:
 
-* :class:`RawImageDataset` returns ``(uint8 image (3, H, W), label, index)`` with no augmentation
-  (workers only decode PNG/JPEG), or serves every row from a uint8 tensor decoded once
-  (``cache=True``; CIFAR-10 train is 150 MB as uint8).
+* :class:`hscl_zoo.data.raw_images.RawImageDataset` returns ``(uint8 image (3, H, W), label,
+  index)`` with no augmentation (workers only decode PNG/JPEG), or serves every row from a uint8
+  tensor decoded once (``cache=True``; CIFAR-10 train is 150 MB as uint8).
 * :class:`BatchSimCLRAugment` takes the uint8 batch on the device and returns ``V`` normalised
   float views ``(B, V, 3, S, S)`` with per-sample random parameters drawn from the same
   distributions as the CPU pipeline: random resized crop (area fraction in ``scale``, aspect
@@ -19,8 +19,9 @@ How it computes: crop + resize + flip of every sample is one pair of batched mat
 ``R_y @ image @ R_x^T``, where ``R_y``/``R_x`` hold each sample's resampling weights (the weights of
 torch's antialiased bilinear resize, which equal plain bilinear when enlarging); the three
 blend-type jitter operations of one ordering step are one fused blend; the blur is another pair
-of batched matrix products with per-sample Gaussian band matrices (reflect padding folded in).
-Nothing loops over samples in Python, and there is no host synchronisation.
+of batched matrix products with per-sample Gaussian band matrices (reflect padding folded in);
+those kernels are in :mod:`hscl_zoo.data.device_ops`. Nothing loops over samples in Python, and
+there is no host synchronisation.
 
 Differences from the CPU pipeline, by design: the CPU pipeline crops, jitters and converts to
 grayscale on uint8 PIL images (rounding to integers after each step, PIL's filters); here
@@ -31,7 +32,7 @@ the resampling products run in TF32 and lose about three decimal digits.
 
 Reproducibility: the parameters come from a ``torch.Generator`` (CPU by default, so a seed gives
 the same views on any device). :meth:`BatchSimCLRAugment.set_epoch` reseeds it from
-``(seed, epoch, rank)``; with a :class:`hscl_zoo.augment.SeededSampler` order that makes each
+``(seed, epoch, rank)``; with a :class:`hscl_zoo.data.loaders.SeededSampler` order that makes each
 epoch's views a function of the seeds, the epoch, the per-process batch size and the rank.
 """
 
@@ -39,98 +40,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from typing import Any
 
-import datasets
 import numpy as np
-import PIL.Image
 import torch
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
-from hscl_zoo.augment import MultiViewDataset, RandomGaussianBlur, blur_kernel_size
-from hscl_zoo.data import require_internal_columns
+from hscl_zoo.data.device_ops import (
+    AugmentParams,
+    color_jitter,
+    gaussian_band_matrix,
+    luma,
+    resample_matrix,
+)
+from hscl_zoo.data.transforms import RandomGaussianBlur, blur_kernel_size
 
-__all__ = [
-    "AugmentParams",
-    "BatchSimCLRAugment",
-    "RawImageDataset",
-    "decode_image",
-    "spec_from_transform",
-]
-
-_LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
-
-
-# ----------------------------------------------------------------------------- parameters
-
-
-@dataclass
-class AugmentParams:
-    """Per-sample random parameters of ``n`` views (every field has ``n`` rows).
-
-    Crop box ``top``, ``left``, ``height``, ``width`` (int64 pixels of the input); ``flip``,
-    ``jitter``, ``grayscale``, ``blur`` (bool: whether that step applies); jitter factors
-    ``brightness``, ``contrast``, ``saturation`` (multiplicative) and ``hue`` (shift in turns);
-    ``order`` (n, 4) int64: the jitter operations in application order (0 brightness, 1 contrast,
-    2 saturation, 3 hue); ``sigma``: blur standard deviation in pixels.
-    """
-
-    top: Tensor
-    left: Tensor
-    height: Tensor
-    width: Tensor
-    flip: Tensor
-    jitter: Tensor
-    brightness: Tensor
-    contrast: Tensor
-    saturation: Tensor
-    hue: Tensor
-    order: Tensor
-    grayscale: Tensor
-    blur: Tensor
-    sigma: Tensor
-
-    def __len__(self) -> int:
-        return int(self.top.shape[0])
-
-    def to(self, device: torch.device | str) -> AugmentParams:
-        """Move to ``device`` as one packed copy (pinned and non-blocking from CPU to CUDA)."""
-        device = torch.device(device)
-        if self.top.device == device:
-            return self
-        packed = self.pack()
-        if packed.device.type == "cpu" and device.type == "cuda":
-            packed = packed.pin_memory().to(device, non_blocking=True)
-        else:
-            packed = packed.to(device)
-        return AugmentParams.unpack(packed)
-
-    def pack(self) -> Tensor:
-        """All fields as one (n, 17) float64 tensor (exact for pixel counts, flags and float32 values)."""
-        columns = [
-            self.top, self.left, self.height, self.width, self.flip, self.jitter, self.brightness,
-            self.contrast, self.saturation, self.hue, *self.order.unbind(1), self.grayscale, self.blur,
-            self.sigma,
-        ]
-        return torch.stack([c.to(torch.float64) for c in columns], dim=1)
-
-    @classmethod
-    def unpack(cls, packed: Tensor) -> AugmentParams:
-        """Inverse of :meth:`pack`."""
-        c = packed.unbind(1)
-        as_long, as_bool, as_float = (lambda t: t.to(torch.int64)), (lambda t: t != 0), (lambda t: t.to(torch.float32))
-        return cls(
-            top=as_long(c[0]), left=as_long(c[1]), height=as_long(c[2]), width=as_long(c[3]),
-            flip=as_bool(c[4]), jitter=as_bool(c[5]), brightness=as_float(c[6]), contrast=as_float(c[7]),
-            saturation=as_float(c[8]), hue=as_float(c[9]), order=torch.stack(c[10:14], dim=1).to(torch.int64),
-            grayscale=as_bool(c[14]), blur=as_bool(c[15]), sigma=as_float(c[16]),
-        )
-
-    def index(self, rows: Tensor | slice) -> AugmentParams:
-        """The parameters of a subset of rows."""
-        return AugmentParams(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+__all__ = ["AugmentParams", "BatchSimCLRAugment", "spec_from_transform"]
 
 
 def _jitter_range(value: float, centre: float, bound: float | None = None) -> tuple[float, float]:
@@ -139,19 +65,18 @@ def _jitter_range(value: float, centre: float, bound: float | None = None) -> tu
         low = max(low, bound)
     return (float(low), float(high))
 
-
 # ----------------------------------------------------------------------------- the module
 
 
 class BatchSimCLRAugment(nn.Module):
-    """The SimCLR augmentation of :func:`hscl_zoo.augment.simclr_transform`, batched on a device.
+    """The SimCLR augmentation of :func:`hscl_zoo.data.transforms.simclr_transform`, batched on a device.
 
     Call it on a uint8 batch ``(B, 3, H, W)`` (or float in [0, 1]) already on the device; it
     returns ``(B, views, 3, image_size, image_size)`` float32, normalised with ``mean``/``std``.
     A ``(B, V, 3, H, W)`` input gives one view per given image (the label-positive pairing of
     :class:`RawImageDataset`, where the views come from different images).
 
-    The arguments mirror :func:`~hscl_zoo.augment.simclr_transform` (``strength``, ``blur``,
+    The arguments mirror :func:`~hscl_zoo.data.transforms.simclr_transform` (``strength``, ``blur``,
     ``scale``, ``blur_p``); the remaining probabilities and ranges default to the CPU pipeline's
     values and exist so that tests and ablations can switch single steps off.
     :meth:`from_transform` reads every range and probability from a ``simclr_transform`` object.
@@ -240,7 +165,7 @@ class BatchSimCLRAugment(nn.Module):
 
     @classmethod
     def from_transform(cls, transform: Any, *, views: int = 2, seed: int = 0) -> BatchSimCLRAugment:
-        """The batched equivalent of a :func:`~hscl_zoo.augment.simclr_transform` object."""
+        """The batched equivalent of a :func:`~hscl_zoo.data.transforms.simclr_transform` object."""
         spec = spec_from_transform(transform)
         jitter = {k: spec[k] for k in ("brightness", "contrast", "saturation", "hue") if spec.get(k) is not None}
         return cls(
@@ -373,130 +298,11 @@ class BatchSimCLRAugment(nn.Module):
             raise ValueError(f"images must be uint8 (0..255) or floating point in [0, 1], got {images.dtype}")
         return int(images.shape[0]), (self.views if images.ndim == 4 else int(images.shape[1]))
 
-
-# ----------------------------------------------------------------------------- batched kernels
-
-
-def resample_matrix(start: Tensor, length: Tensor, out_size: int, in_size: int) -> Tensor:
-    """Per-sample (n, out_size, in_size) weights resizing the window [start, start+length) to out_size.
-
-    The weights are those of ``F.interpolate(mode="bilinear", antialias=True,
-    align_corners=False)`` applied to the window alone (a triangle filter widened by the
-    shrink factor when shrinking; plain bilinear with edge clamping when enlarging), so
-    ``M @ column`` equals torchvision's ``resized_crop`` along that axis.
-    """
-    n = start.shape[0]
-    device = start.device
-    span = length.to(torch.float32)[:, None, None]  # (n, 1, 1)
-    factor = span / out_size  # input pixels per output pixel
-    support = factor.clamp_min(1.0)
-    centre = factor * (torch.arange(out_size, device=device, dtype=torch.float32)[None, :, None] + 0.5)
-    first = torch.trunc(centre - support + 0.5).clamp_min(0.0)
-    last = torch.minimum(torch.trunc(centre + support + 0.5), span)
-    taps = int(math.floor(2 * max(in_size / out_size, 1.0))) + 2
-    pos = first + torch.arange(taps, device=device, dtype=torch.float32)  # (n, S, taps), window coordinates
-    weight = (1.0 - ((pos - centre + 0.5) / support).abs()).clamp_min(0.0)
-    weight = torch.where(pos < last, weight, 0.0)
-    weight = weight / weight.sum(dim=-1, keepdim=True)
-    column = (pos.to(torch.int64) + start[:, None, None]).clamp(0, in_size - 1)
-    out = torch.zeros(n, out_size, in_size, device=device, dtype=torch.float32)
-    return out.scatter_add_(2, column, weight)
-
-
-def gaussian_band_matrix(sigma: Tensor, active: Tensor, kernel_size: int, size: int) -> Tensor:
-    """Per-sample (n, size, size) matrices of a 1-D Gaussian blur with reflect padding.
-
-    Row i holds the normalised taps exp(-o^2 / (2 sigma^2)), o = -r..r, at columns reflect(i + o)
-    (the padding of :func:`hscl_zoo.augment.gaussian_blur`); rows of inactive samples are the
-    identity, so ``K @ image @ K^T`` blurs exactly the active samples.
-    """
-    n = sigma.shape[0]
-    device = sigma.device
-    radius = kernel_size // 2
-    offsets = torch.arange(-radius, radius + 1, device=device, dtype=torch.float32)
-    taps = torch.exp(-0.5 * (offsets[None, :] / sigma[:, None]) ** 2)
-    taps = taps / taps.sum(dim=1, keepdim=True)
-    identity = (offsets == 0).to(torch.float32).expand(n, -1)
-    taps = torch.where(active[:, None], taps, identity)  # (n, k)
-    pos = torch.arange(size, device=device)[:, None] + offsets.to(torch.int64)[None, :]  # (size, k)
-    pos = torch.where(pos < 0, -pos, pos)
-    pos = torch.where(pos > size - 1, 2 * (size - 1) - pos, pos)
-    out = torch.zeros(n, size, size, device=device, dtype=torch.float32)
-    return out.scatter_add_(2, pos.expand(n, -1, -1), taps[:, None, :].expand(-1, size, -1).contiguous())
-
-
-def luma(x: Tensor) -> Tensor:
-    """Grayscale (..., 1, H, W) of RGB (..., 3, H, W) with torchvision's weights."""
-    r, g, b = x.unbind(dim=-3)
-    return (r * _LUMA[0] + g * _LUMA[1] + b * _LUMA[2]).unsqueeze(-3)
-
-
-def color_jitter(x: Tensor, params: AugmentParams, *, hue: bool = True) -> Tensor:
-    """torchvision's ColorJitter on (n, 3, H, W) floats in [0, 1], per-sample factors and order.
-
-    Brightness, contrast and saturation are blends ``f * x + (1 - f) * target`` (target 0, the
-    mean luma, the luma) clamped to [0, 1]; one fused blend pass applies, per sample, whichever
-    of them that sample's order puts at the current step (``f = 1`` leaves a sample unchanged
-    exactly). Hue is an HSV rotation, the expensive operation, so it runs once: the blends a
-    sample's order puts before its hue step run in passes 0..2, then every jittered sample's hue
-    is rotated, then the blends after it run in passes 1..3. With ``hue=False`` (no hue range)
-    four blend passes follow the order and hue entries are skipped. Samples whose ``jitter``
-    flag is off pass through unchanged.
-    """
-    bc = lambda t: t[:, None, None, None]  # noqa: E731  (n,) -> broadcastable over (n, C, H, W)
-    factors = torch.stack([params.brightness, params.contrast, params.saturation], dim=1)  # (n, 3)
-    order = params.order
-    hue_step = (order == 3).to(torch.int8).argmax(dim=1) if hue else torch.full_like(order[:, 0], 4)
-
-    def blend_pass(x: Tensor, step: int, active: Tensor) -> Tensor:
-        op = order[:, step]
-        use = params.jitter & active & (op < 3)
-        factor = bc(torch.where(use, factors.gather(1, op.clamp_max(2)[:, None]).squeeze(1), 1.0))
-        gray = luma(x)
-        mean = gray.mean(dim=(-2, -1), keepdim=True)
-        target = torch.where(bc(op == 0), 0.0, torch.where(bc(op == 1), mean, gray))
-        return torch.lerp(target, x, factor).clamp_(0.0, 1.0)
-
-    for step in range(3 if hue else 4):
-        x = blend_pass(x, step, step < hue_step)
-    if hue:
-        x = torch.where(bc(params.jitter), rotate_hue(x, params.hue), x)
-        for step in range(1, 4):
-            x = blend_pass(x, step, step > hue_step)
-    return x
-
-
-def rotate_hue(x: Tensor, shift: Tensor) -> Tensor:
-    """Add ``shift`` (n,) turns to the HSV hue of (n, 3, H, W) RGB floats in [0, 1].
-
-    Value (the largest channel) and chroma (largest minus smallest) stay; the hue, in sixths of
-    a turn, is 0 + (g - b) / chroma, 2 + (b - r) / chroma or 4 + (r - g) / chroma as red, green or
-    blue is largest (ties go to red, then green, as in torchvision and PIL). Channel k of the
-    result is value - chroma * clamp(min(t, 4 - t), 0, 1) with t = (k_offset + 6 hue) mod 6 and
-    offsets 5, 3, 1 for red, green, blue.
-    """
-    r, g, b = x.unbind(dim=-3)
-    low, high = torch.aminmax(x, dim=-3)
-    chroma = high - low
-    red_max = high == r
-    green_max = (high == g) & ~red_max
-    numerator = torch.where(red_max, g - b, torch.where(green_max, b - r, r - g))
-    sector = torch.where(red_max, 0.0, torch.where(green_max, 2.0, 4.0))
-    # a grey pixel (chroma 0) has numerator 0, and its channels all equal value whatever the hue
-    sixths = sector + numerator / chroma.clamp_min(1e-12) + 6.0 * shift[:, None, None]
-    out = []
-    for offset in (5.0, 3.0, 1.0):
-        t = torch.remainder(sixths + offset, 6.0)
-        ramp = torch.minimum(t, 4.0 - t).clamp_(0.0, 1.0)
-        out.append(high - chroma * ramp)
-    return torch.stack(out, dim=-3)
-
-
 # ----------------------------------------------------------------------------- the CPU pipeline's settings
 
 
 def spec_from_transform(transform: Any) -> dict[str, Any]:
-    """Ranges and probabilities of a :func:`~hscl_zoo.augment.simclr_transform` pipeline.
+    """Ranges and probabilities of a :func:`~hscl_zoo.data.transforms.simclr_transform` pipeline.
 
     Keys: ``image_size``, ``scale``, ``ratio``, ``flip_p``, ``jitter_p``, ``brightness``,
     ``contrast``, ``saturation``, ``hue`` (ranges, None when absent), ``grayscale_p``, ``blur_p``,
@@ -533,110 +339,3 @@ def spec_from_transform(transform: Any) -> dict[str, Any]:
     if missing:
         raise ValueError(f"transform lacks {missing}: expected simclr_transform's RandomResizedCrop and Normalize")
     return spec
-
-
-# ----------------------------------------------------------------------------- raw uint8 data
-
-
-def decode_image(image: Any) -> Tensor:
-    """A decoded image (PIL, HWC uint8 array, or CHW uint8 tensor) as a (3, H, W) uint8 tensor."""
-    if isinstance(image, PIL.Image.Image):
-        array = np.array(image.convert("RGB") if image.mode != "RGB" else image, dtype=np.uint8)
-        return torch.from_numpy(array).permute(2, 0, 1).contiguous()
-    if isinstance(image, np.ndarray):
-        array = image if image.ndim == 3 else image[..., None]
-        if array.shape[-1] == 1:
-            array = np.repeat(array, 3, axis=-1)
-        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint8)).permute(2, 0, 1).contiguous()
-    if isinstance(image, Tensor) and image.dtype == torch.uint8 and image.ndim == 3:
-        return image.expand(3, -1, -1).contiguous() if image.shape[0] == 1 else image
-    raise TypeError(f"cannot decode {type(image).__name__} into a uint8 image tensor; pass a PIL image or a uint8 array")
-
-
-class RawImageDataset(torch.utils.data.Dataset):
-    """Rows of a ``datasets.Dataset`` (columns ``image``, ``label``) as uint8 tensors, no augmentation.
-
-    Item ``i`` is ``(image, label, i)`` with ``image`` a (3, H, W) uint8 tensor: DataLoader
-    workers only decode, and :class:`BatchSimCLRAugment` makes the views on the device. With
-    ``label_positive=True`` the item holds ``views`` images (views, 3, H, W): row ``i`` and
-    partners drawn as :class:`hscl_zoo.augment.MultiViewDataset` draws them (a function of
-    ``(seed, epoch, i)``; call :meth:`set_epoch`), and the augmenter makes one view of each.
-
-    ``cache=True`` decodes every row once, at construction, into one uint8 tensor in shared
-    memory (``images``: (N, 3, H, W); CIFAR-10 train is 150 MB), so workers, or the main process
-    with ``num_workers=0``, only index it; :meth:`__getitems__` fetches a whole batch with one
-    gather. Batching needs every image to have the same size (true of the zoo's datasets).
-    """
-
-    def __init__(
-        self,
-        dataset: datasets.Dataset,
-        *,
-        cache: bool = False,
-        label_positive: bool = False,
-        views: int = 2,
-        seed: int = 0,
-    ) -> None:
-        require_internal_columns(dataset, "RawImageDataset")
-        self.dataset = dataset
-        self.labels = np.asarray(dataset.select_columns(["label"])["label"], dtype=np.int64)
-        self.label_positive = label_positive
-        self._planner = (
-            MultiViewDataset(dataset, _no_transform, views=views, label_positive=True, seed=seed)
-            if label_positive else None
-        )
-        self.images: Tensor | None = self._decode_all() if cache else None
-
-    def _decode_all(self) -> Tensor:
-        first = decode_image(self.dataset[0]["image"])
-        out = torch.empty((len(self.dataset), *first.shape), dtype=torch.uint8)
-        row = 0
-        for chunk in self.dataset.select_columns(["image"]).iter(batch_size=1024):
-            for image in chunk["image"]:
-                decoded = decode_image(image)
-                if decoded.shape != first.shape:
-                    raise ValueError(
-                        f"cache=True needs images of one size; row {row} is {tuple(decoded.shape)}, row 0 {tuple(first.shape)}"
-                    )
-                out[row] = decoded
-                row += 1
-        return out.share_memory_()
-
-    @property
-    def cached(self) -> bool:
-        return self.images is not None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the label-positive partner draws (no effect otherwise)."""
-        if self._planner is not None:
-            self._planner.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def _image(self, row: int) -> Tensor:
-        return self.images[row] if self.images is not None else decode_image(self.dataset[row]["image"])
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int, int]:
-        index = int(index)
-        if not 0 <= index < len(self.labels):
-            raise IndexError(f"index {index} out of range for {len(self.labels)} rows")
-        if self._planner is None:
-            image = self._image(index)
-        else:
-            image = torch.stack([self._image(src) for src in self._planner.view_sources(index)])
-        return image, int(self.labels[index]), index
-
-    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Tensor, int, int]]:
-        """A batch of items; with the cache and no pairing, one gather instead of one lookup per row."""
-        if self.images is None or self._planner is not None:
-            return [self[i] for i in indices]
-        rows = torch.as_tensor(list(indices), dtype=torch.int64)
-        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= len(self.labels)):
-            raise IndexError(f"indices out of range for {len(self.labels)} rows")
-        batch = self.images.index_select(0, rows)
-        return [(image, int(self.labels[i]), int(i)) for image, i in zip(batch.unbind(0), rows.tolist())]
-
-
-def _no_transform(image: Any) -> Any:
-    return image

@@ -1,39 +1,33 @@
-"""Views of images: SimCLR augmentations, the evaluation transform, multi-view datasets, loaders.
+"""Per-image transforms: the SimCLR augmentation that makes training views, and the evaluation
+transform, the single definition of a model's deterministic preprocessing.
 
-Reproducibility contract: the augmentation of row ``i`` in epoch ``e`` is a pure function of
-``(seed, e, i)``. :class:`MultiViewDataset` seeds torch's RNG per item from those three numbers
-(restoring the caller's RNG state afterwards), so the views do not depend on the number of
-DataLoader workers, on which worker gets which item, or on how many processes share the data.
-:func:`make_loader` orders rows by ``(seed, epoch)`` too, so two runs with the same seeds see
-identical batches, and a run resumed at epoch k sees the batches of an uninterrupted one.
+Both map a PIL image to a normalised float tensor; their randomness (SimCLR only) comes from
+torch's global RNG, which :class:`hscl_zoo.data.views.MultiViewDataset` seeds per item. This
+module needs torch and torchvision only, so a model can carry its transform without the data
+loading machinery.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import datasets
-import numpy as np
 import PIL.Image
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 from torchvision.transforms import InterpolationMode, v2
-
-from hscl_zoo.data import require_internal_columns
 
 ImageTransform = Callable[[Any], torch.Tensor]
 
-_INTERPOLATIONS = {
+INTERPOLATIONS: dict[str, InterpolationMode] = {
     "nearest": InterpolationMode.NEAREST,
     "bilinear": InterpolationMode.BILINEAR,
     "bicubic": InterpolationMode.BICUBIC,
 }
-_CROP_MODES = ("center", "squash")
+CROP_MODES: tuple[str, ...] = ("center", "squash")
+"""How the evaluation transform fits an image to the input size (see `eval_transform`)."""
 
 
 class ToRGB:
@@ -180,19 +174,19 @@ def eval_transform(pretrained_cfg: Mapping[str, Any] | Any) -> ImageTransform:
         raise ValueError(f"input_size must be (3, H, W), got {cfg['input_size']!r}")
     height, width = input_size[1:]
     interpolation_name = cfg.get("interpolation") or "bilinear"
-    if interpolation_name not in _INTERPOLATIONS:
+    if interpolation_name not in INTERPOLATIONS:
         raise ValueError(
             f"interpolation {interpolation_name!r} is not supported; use one of "
-            f"{sorted(_INTERPOLATIONS)}"
+            f"{sorted(INTERPOLATIONS)}"
         )
     crop_pct = float(cfg.get("crop_pct") or 1.0)
     if not 0 < crop_pct <= 1:
         raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct!r}")
     crop_mode = cfg.get("crop_mode") or "center"
-    if crop_mode not in _CROP_MODES:
-        raise ValueError(f"crop_mode {crop_mode!r} is not supported; use one of {_CROP_MODES}")
+    if crop_mode not in CROP_MODES:
+        raise ValueError(f"crop_mode {crop_mode!r} is not supported; use one of {CROP_MODES}")
     _check_stats(cfg["mean"], cfg["std"])
-    interpolation = _INTERPOLATIONS[interpolation_name]
+    interpolation = INTERPOLATIONS[interpolation_name]
     if crop_mode == "squash":
         resize_to: int | tuple[int, int] = (
             math.floor(height / crop_pct),
@@ -209,193 +203,6 @@ def eval_transform(pretrained_cfg: Mapping[str, Any] | Any) -> ImageTransform:
             v2.ToDtype(torch.float32, scale=True),
             v2.Normalize(mean=[float(m) for m in cfg["mean"]], std=[float(s) for s in cfg["std"]]),
         ]
-    )
-
-
-class MultiViewDataset(torch.utils.data.Dataset):
-    """A ``datasets.Dataset`` (columns ``image``, ``label``) as V augmented views per image.
-
-    Item ``i`` is ``(views, label, index)``: ``views`` a float tensor (V, 3, H, W), ``label`` the
-    int class of row ``i``, ``index`` = ``i`` (the image id the loss uses for same-image
-    positives). With ``label_positive=True`` (the paper's label-positive pairing) view 0 comes
-    from row ``i`` and views 1..V-1 each from a row drawn uniformly among the *other* rows of
-    the same class (row ``i`` itself only when its class has one row).
-
-    All randomness (augmentation and partner draws) is a function of ``(seed, epoch, i)``; call
-    :meth:`set_epoch` before iterating each epoch. The epoch lives in shared memory, so it also
-    reaches persistent DataLoader workers.
-    """
-
-    def __init__(
-        self,
-        dataset: datasets.Dataset,
-        transform: ImageTransform,
-        *,
-        views: int = 2,
-        label_positive: bool = False,
-        seed: int = 0,
-    ) -> None:
-        require_internal_columns(dataset, "MultiViewDataset")
-        if not isinstance(views, int) or views < 1:
-            raise ValueError(f"views must be a positive integer, got {views!r}")
-        if label_positive and views < 2:
-            raise ValueError("label_positive=True needs views >= 2 (view 0 is the anchor image)")
-        self.dataset = dataset
-        self.transform = transform
-        self.views = views
-        self.label_positive = label_positive
-        self.seed = int(seed)
-        self.labels = np.asarray(dataset.select_columns(["label"])["label"], dtype=np.int64)
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._pools: dict[int, np.ndarray] = {}
-        if label_positive:
-            order = np.argsort(self.labels, kind="stable")
-            classes, starts = np.unique(self.labels[order], return_index=True)
-            for c, chunk in zip(classes, np.split(order, starts[1:])):
-                self._pools[int(c)] = chunk
-
-    @property
-    def epoch(self) -> int:
-        """The epoch whose views :meth:`__getitem__` returns."""
-        return int(self._epoch.item())
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (fresh augmentations and partners, reproducible per epoch)."""
-        self._epoch.fill_(int(epoch))
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def view_sources(self, index: int) -> list[int]:
-        """Row of the dataset each view of item ``index`` is cut from, in the current epoch."""
-        return self._plan(index)[0]
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
-        index = int(index)
-        sources, torch_seed = self._plan(index)
-        images: dict[int, Any] = {}
-        cpu_rng = torch.default_generator
-        saved_state = cpu_rng.get_state()
-        cpu_rng.manual_seed(torch_seed)
-        try:
-            out = []
-            for src in sources:
-                if src not in images:
-                    images[src] = self.dataset[src]["image"]
-                out.append(self.transform(images[src]))
-        finally:
-            cpu_rng.set_state(saved_state)
-        return torch.stack(out), int(self.labels[index]), index
-
-    def _plan(self, index: int) -> tuple[list[int], int]:
-        if not 0 <= index < len(self.labels):
-            raise IndexError(f"index {index} out of range for {len(self.labels)} rows")
-        sequence = np.random.SeedSequence([self.seed, self.epoch, index])
-        torch_seed = int(sequence.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-        if not self.label_positive:
-            return [index] * self.views, torch_seed
-        rng = np.random.default_rng(sequence.spawn(1)[0])
-        pool = self._pools[int(self.labels[index])]
-        sources = [index]
-        for _ in range(self.views - 1):
-            if len(pool) == 1:
-                sources.append(index)
-                continue
-            pick = int(pool[rng.integers(len(pool) - 1)])
-            sources.append(pick if pick != index else int(pool[-1]))
-        return sources, torch_seed
-
-
-def seed_worker(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: seed Python's and NumPy's RNGs from the worker's torch seed.
-
-    Torch seeds each worker from the loader's generator; this carries that seed over to
-    ``random`` and ``numpy.random`` so transforms that use them are reproducible too.
-    """
-    seed = torch.initial_seed() % 2**32
-    random.seed(seed)
-    np.random.seed(seed)
-
-
-class SeededSampler(torch.utils.data.Sampler[int]):
-    """Row order for one epoch as a pure function of ``(seed, epoch)``.
-
-    With ``shuffle`` the order is a random permutation seeded by ``(seed, epoch)``, otherwise
-    ``0..n-1``. :meth:`set_epoch` selects the epoch (Accelerate's prepared loaders call it from
-    ``loader.set_epoch``); every pass also advances the epoch by one, so a loop that never calls
-    it still reshuffles. Unlike a generator-driven ``RandomSampler``, the order does not
-    depend on how many iterators were created before (persistent workers, resumed runs).
-    """
-
-    def __init__(self, num_rows: int, *, seed: int = 0, shuffle: bool = True) -> None:
-        self.num_rows = int(num_rows)
-        self.seed = int(seed)
-        self.shuffle = shuffle
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order the next pass yields."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.num_rows
-
-    def __iter__(self):
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        if not self.shuffle:
-            return iter(range(self.num_rows))
-        state = np.random.SeedSequence([self.seed, epoch]).generate_state(1, dtype=np.uint64)[0]
-        generator = torch.Generator().manual_seed(int(state >> np.uint64(1)))
-        return iter(torch.randperm(self.num_rows, generator=generator).tolist())
-
-
-class SeededLoader(DataLoader):
-    """A DataLoader with ``set_epoch``, forwarded to its :class:`SeededSampler` and dataset."""
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch for the row order and, if the dataset has ``set_epoch``, the views."""
-        if isinstance(self.sampler, SeededSampler):
-            self.sampler.set_epoch(epoch)
-        if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
-
-
-def make_loader(
-    dataset: torch.utils.data.Dataset,
-    batch_size: int,
-    *,
-    shuffle: bool = True,
-    seed: int = 0,
-    num_workers: int = 0,
-    drop_last: bool = False,
-    pin_memory: bool = False,
-    persistent_workers: bool = False,
-) -> SeededLoader:
-    """A DataLoader whose batches are a pure function of ``seed`` and the epoch.
-
-    Rows are ordered by a :class:`SeededSampler` (epoch k of two runs with the same seed gets
-    the same order, whatever the worker settings), workers are seeded from a generator seeded
-    with ``seed`` (see :func:`seed_worker`), and ``loader.set_epoch(epoch)`` selects the epoch
-    for both the order and a :class:`MultiViewDataset`'s augmentations; call it before each
-    epoch. ``persistent_workers`` is ignored when ``num_workers == 0`` (torch refuses the
-    combination).
-    """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers!r}")
-    generator = torch.Generator()
-    generator.manual_seed(int(seed))
-    return SeededLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=SeededSampler(len(dataset), seed=seed, shuffle=shuffle),
-        num_workers=num_workers,
-        drop_last=drop_last,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers and num_workers > 0,
-        worker_init_fn=seed_worker,
-        generator=generator,
     )
 
 

@@ -13,13 +13,18 @@ import math
 import torch
 from torch import Tensor
 
-from hscl_zoo.hardening import ExponentialTilt, HardeningFn, Threshold, log_hardening_weight
-from hscl_zoo.losses import ContrastiveLoss, log_weighted_mean_exp, normalized, pair_sets, validate_inputs
+from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, Threshold, log_hardening_weight
+from hscl_zoo.losses.objective import ContrastiveLoss, log_weighted_mean_exp, normalized, pair_sets, validate_inputs
 
 
-def _hardening(temperature: float, beta: float | None, threshold: float | None) -> HardeningFn:
-    if (beta is None) == (threshold is None):
-        raise ValueError("pass exactly one of beta= (exponential tilt) or threshold= (cosine level in [-1, 1]).")
+def _hardening(
+    temperature: float, beta: float | None, threshold: float | None, hardening: HardeningFn | None = None
+) -> HardeningFn:
+    if sum(x is not None for x in (beta, threshold, hardening)) != 1:
+        raise ValueError("pass exactly one of beta= (exponential tilt), threshold= (cosine level in [-1, 1]) "
+                         "or hardening= (a hardening function, e.g. a loss's own).")
+    if hardening is not None:
+        return hardening
     return ExponentialTilt(beta) if beta is not None else Threshold(threshold, temperature)
 
 
@@ -35,13 +40,19 @@ def _scaled_similarities(features: Tensor, labels: Tensor, temperature: float):
 
 @torch.no_grad()
 def assumption_counts(
-    features: Tensor, labels: Tensor, *, temperature: float = 0.5, beta: float | None = None, threshold: float | None = None
+    features: Tensor,
+    labels: Tensor,
+    *,
+    temperature: float = 0.5,
+    beta: float | None = None,
+    threshold: float | None = None,
+    hardening: HardeningFn | None = None,
 ) -> tuple[int, int]:
     """(anchors satisfying Assumption 1, eligible anchors): eligible anchors have both a label
     collision and an other-label negative in the batch. An empty hard set falls back to uniform
     weights, as in the loss."""
     g, sets = _scaled_similarities(features, labels, temperature)
-    eta = _hardening(temperature, beta, threshold)
+    eta = _hardening(temperature, beta, threshold, hardening)
     collisions, others = sets.collisions, sets.other_labels
     eligible = collisions.any(dim=1) & others.any(dim=1)
     mean_collision = log_weighted_mean_exp(g, collisions, collisions.any(dim=1), eta)
@@ -51,11 +62,19 @@ def assumption_counts(
 
 
 def assumption_fraction(
-    features: Tensor, labels: Tensor, *, temperature: float = 0.5, beta: float | None = None, threshold: float | None = None
+    features: Tensor,
+    labels: Tensor,
+    *,
+    temperature: float = 0.5,
+    beta: float | None = None,
+    threshold: float | None = None,
+    hardening: HardeningFn | None = None,
 ) -> float:
     """Fraction of eligible anchors for which Assumption 1 holds under the exponential tilt
-    (beta) or the threshold (cosine level `threshold`); NaN when no anchor is eligible."""
-    holds, eligible = assumption_counts(features, labels, temperature=temperature, beta=beta, threshold=threshold)
+    (beta), the threshold (cosine level `threshold`) or any hardening function; NaN when no
+    anchor is eligible."""
+    holds, eligible = assumption_counts(features, labels, temperature=temperature, beta=beta, threshold=threshold,
+                                        hardening=hardening)
     return holds / eligible if eligible else math.nan
 
 
@@ -79,11 +98,18 @@ def negative_masses(
 
 @torch.no_grad()
 def lemma_losses(
-    features: Tensor, labels: Tensor, *, temperature: float = 0.5, beta: float | None = 1.0, threshold: float | None = None
+    features: Tensor,
+    labels: Tensor,
+    *,
+    temperature: float = 0.5,
+    beta: float | None = 1.0,
+    threshold: float | None = None,
+    hardening: HardeningFn | None = None,
 ) -> dict[str, float]:
     """L_UCL, L_SCL, L_HUCL, L_HSCL on one batch, all with label positives (as Lemma 1 requires)
-    and the same hardening (exponential tilt `beta`, or `threshold` when given)."""
-    eta = _hardening(temperature, None if threshold is not None else beta, threshold)
+    and the same hardening (exponential tilt `beta`, or `threshold` or `hardening` when given)."""
+    tilt = None if threshold is not None or hardening is not None else beta
+    eta = _hardening(temperature, tilt, threshold, hardening)
     features = features.detach()
     losses = {
         "ucl": ContrastiveLoss(negatives="other-images", positives="labels", temperature=temperature),
@@ -97,7 +123,7 @@ def lemma_losses(
 def _local_loss(loss: ContrastiveLoss, features: Tensor, labels: Tensor) -> Tensor:
     labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
     z = normalized(features, loss_name="diagnostics")
-    pair_sum, count = loss._pair_psi_sum(z, z, labels, 0)
+    pair_sum, count = loss.pair_psi_sum(z, z, labels, 0)
     return pair_sum / count.clamp_min(1)
 
 
@@ -105,9 +131,16 @@ class DiagnosticsMeter:
     """Averages the diagnostics over an epoch: Assumption 1 over all eligible anchors seen,
     the Lemma 1 losses over batches. `update` per batch, `compute` at the end, `reset` to reuse."""
 
-    def __init__(self, *, temperature: float = 0.5, beta: float | None = None, threshold: float | None = None) -> None:
-        _hardening(temperature, beta, threshold)
-        self.temperature, self.beta, self.threshold = temperature, beta, threshold
+    def __init__(
+        self,
+        *,
+        temperature: float = 0.5,
+        beta: float | None = None,
+        threshold: float | None = None,
+        hardening: HardeningFn | None = None,
+    ) -> None:
+        _hardening(temperature, beta, threshold, hardening)
+        self.temperature, self.beta, self.threshold, self.hardening = temperature, beta, threshold, hardening
         self.reset()
 
     def reset(self) -> None:
@@ -118,7 +151,7 @@ class DiagnosticsMeter:
         self.lemma_batches_held = 0
 
     def update(self, features: Tensor, labels: Tensor) -> None:
-        kw = dict(temperature=self.temperature, beta=self.beta, threshold=self.threshold)
+        kw = dict(temperature=self.temperature, beta=self.beta, threshold=self.threshold, hardening=self.hardening)
         holds, eligible = assumption_counts(features, labels, **kw)
         losses = lemma_losses(features, labels, **kw)
         self.holds += holds

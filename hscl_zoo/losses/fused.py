@@ -1,6 +1,6 @@
 """The loss contract's fast path: uniform, exponential-tilt and threshold weights, one autograd node.
 
-The general computation in `hscl_zoo.losses` builds boolean N x N masks and runs two logsumexps
+The general computation in `hscl_zoo.losses.objective` builds boolean N x N masks and runs two logsumexps
 through autograd: about forty passes over N x N memory. Here the sets are (images x images)
 float masks broadcast over views: rows are anchors image-major (image, view), columns are
 candidates view-major (view, image), so in the (b, V, V, B) layout a mask broadcasts along the
@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor
 
-from hscl_zoo.hardening import ExponentialTilt, Threshold
+from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
 
 _EXP_LIMIT = {torch.float32: 80.0, torch.float64: 700.0}
 

@@ -1,6 +1,6 @@
 """The five contrastive objectives of Jiang et al.: UCL, H-UCL, SCL, H-SCL(beta), H-SCL(tau).
 
-All five are one computation that differs in three choices (see DESIGN.md, "The loss contract"):
+All five are one computation that differs in three choices (docs/losses.md, the loss contract):
 which candidates are positives (other views of the image, or every same-label embedding), which
 are negatives (every other image, or only other-label images), and how negatives are weighted
 (uniformly, or by a hardening function of their similarity to the anchor). For anchor i and
@@ -9,7 +9,7 @@ positive p,
     psi_ip = log(1 + M * exp(-g_ip) * sum_j w_ij e^{g_ij} / sum_j w_ij),   g = cosine / temperature,
 
 and the loss is the mean of psi over all (anchor, positive) pairs. The general path computes it in
-log space; the fused path (`hscl_zoo.fused_loss`) takes the exponentials directly where the cosine
+log space; the fused path (`hscl_zoo.losses.fused`) takes the exponentials directly where the cosine
 bound keeps them in floating-point range.
 """
 
@@ -22,17 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hscl_zoo.fused_loss import fused_applicable, fused_psi_sum
-from hscl_zoo.distributed import gather_with_grad, is_distributed, world_size
-from hscl_zoo.hardening import (
-    ExponentialTilt,
-    HardeningFn,
-    LinearThresholdSchedule,
-    Threshold,
-    log_hardening_weight,
-)
-
-LOSS_NAMES: tuple[str, ...] = ("ucl", "hucl", "scl", "hscl-beta", "hscl-tau")
+from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
+from hscl_zoo.losses.fused import fused_applicable, fused_psi_sum
+from hscl_zoo.losses.hardening import HardeningFn, LinearThresholdSchedule, log_hardening_weight
 
 Positives = Literal["views", "labels"]
 Negatives = Literal["other-images", "other-labels"]
@@ -123,14 +115,19 @@ class ContrastiveLoss(nn.Module):
         with torch.autocast(device_type=features.device.type, enabled=False):
             z = normalized(features, loss_name=self.name)
             z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
-            pair_sum, pair_count = self._pair_psi_sum(z, z_all, labels_all, offset)
+            pair_sum, pair_count = self.pair_psi_sum(z, z_all, labels_all, offset)
             if is_distributed():
                 pair_count = pair_count.clone()
                 torch.distributed.all_reduce(pair_count)
             return pair_sum * world_size() / pair_count.clamp_min(1).to(z.dtype)
 
-    def _pair_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int) -> tuple[Tensor, Tensor]:
-        """Sum of psi over this process's (anchor, positive) pairs, and how many pairs there are."""
+    def pair_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int) -> tuple[Tensor, Tensor]:
+        """Sum of psi over this process's (anchor, positive) pairs, and how many pairs there are.
+
+        `z` (B, V, d) are this process's normalised features, `z_all` the global batch's (the same
+        tensor outside torch.distributed), `offset` the first local image in it. Nothing is
+        reduced over processes: `forward` does that; the diagnostics call this on one batch.
+        """
         B, V, _ = z.shape
         M = self.M if self.M is not None else max(z_all.shape[0] * V - 2, 1)
         if fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype):
@@ -138,7 +135,7 @@ class ContrastiveLoss(nn.Module):
         return self._masked_psi_sum(z, z_all, labels_all, offset, M)
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
-        """The fast path (hscl_zoo.fused_loss): image-level sets broadcast over views."""
+        """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views."""
         return fused_psi_sum(z, z_all, labels_all, offset, label_positives=self.positives == "labels",
                              label_negatives=self.negatives == "other-labels", M=M, temperature=self.temperature,
                              hardening=self.hardening, detach_weights=self.detach_weights)
@@ -301,64 +298,3 @@ def validate_inputs(features: Tensor, labels: Tensor | None, *, needs_labels: bo
         raise ValueError(f"{loss_name}: labels must be integer class ids (int64), got {labels.dtype}; use labels.long().")
     return labels.to(device=features.device, dtype=torch.int64)
 
-
-_DEFAULTS: dict[str, dict] = {
-    "ucl": dict(negatives="other-images", positives="views"),
-    "hucl": dict(negatives="other-images", positives="views"),
-    "scl": dict(negatives="other-labels", positives="labels"),
-    "hscl-beta": dict(negatives="other-labels", positives="labels"),
-    "hscl-tau": dict(negatives="other-labels", positives="labels"),
-}
-_ALLOWED: dict[str, set[str]] = {
-    "ucl": {"temperature", "positives", "M"},
-    "hucl": {"temperature", "positives", "M", "beta", "threshold", "tau_plus", "detach_weights"},
-    "scl": {"temperature", "positives", "M"},
-    "hscl-beta": {"temperature", "positives", "M", "beta", "detach_weights"},
-    "hscl-tau": {"temperature", "positives", "M", "threshold", "detach_weights"},
-}
-
-
-def build_loss(name: str, **kwargs) -> ContrastiveLoss:
-    """Build one of the paper's objectives by name: "ucl", "hucl", "scl", "hscl-beta", "hscl-tau".
-
-    Keyword arguments: temperature (0.5); positives ("views" or "labels"; default views for
-    ucl/hucl, labels for scl/hscl); M (None: embeddings - 2); beta (hucl, hscl-beta; default 1.0);
-    threshold (hscl-tau, or hucl instead of beta: a cosine level in [-1, 1] or a
-    `LinearThresholdSchedule`; default 0.0); tau_plus (hucl debiasing, default 0); detach_weights
-    (False, as the official code). For another hardening function, construct `ContrastiveLoss`.
-    """
-    key = name.lower().replace("_", "-")
-    if key not in _DEFAULTS:
-        raise ValueError(f"unknown loss {name!r}; known losses: {', '.join(LOSS_NAMES)}.")
-    unknown = set(kwargs) - _ALLOWED[key]
-    if unknown:
-        raise ValueError(
-            f"{key} does not take {', '.join(sorted(unknown))}; it takes {', '.join(sorted(_ALLOWED[key]))}."
-        )
-    temperature = kwargs.get("temperature", 0.5)
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; the paper uses 0.5.")
-    options = dict(_DEFAULTS[key])
-    if "positives" in kwargs:
-        options["positives"] = kwargs["positives"]
-    hardening: HardeningFn | None = None
-    if key in ("hucl", "hscl-beta"):
-        if key == "hucl" and kwargs.get("threshold") is not None:
-            if kwargs.get("beta") is not None:
-                raise ValueError("hucl takes either beta (exponential tilt) or threshold, not both.")
-            hardening = Threshold(kwargs["threshold"], temperature)
-        else:
-            beta = kwargs.get("beta")
-            hardening = ExponentialTilt(1.0 if beta is None else beta)
-    elif key == "hscl-tau":
-        threshold = kwargs.get("threshold")
-        hardening = Threshold(0.0 if threshold is None else threshold, temperature)
-    return ContrastiveLoss(
-        **options,
-        hardening=hardening,
-        temperature=temperature,
-        M=kwargs.get("M"),
-        tau_plus=kwargs.get("tau_plus", 0.0),
-        detach_weights=kwargs.get("detach_weights", False),
-        name=key,
-    )

@@ -1,4 +1,4 @@
-"""A plain-loop implementation of the loss contract (DESIGN.md), written from the formulas.
+"""A plain-loop implementation of the loss contract (docs/losses.md), written from the formulas.
 
 Slow and obvious on purpose: the tests compare the vectorised losses with it, and
 benchmarks/loss_bench.py times it as the naive baseline.

@@ -3,7 +3,9 @@
 One flat dataclass so that a run is described by plain JSON (saved beside its checkpoints, no
 pickled objects) and every key can be set as `--key value` on the command line. The defaults are
 the embedded CPU run: scikit-learn's digits, a small timm ResNet with timm's own stem, a few
-epochs. The paper's settings live in recipes/configs/<dataset>-<method>.yaml.
+epochs. The paper's settings live in recipes/configs/<method>-<dataset>.yaml, named like the zoo.
+What a method's hyperparameters are, and which keys set them, comes from the method table
+(`hscl_zoo.losses.methods`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from hscl_zoo.hardening import LinearThresholdSchedule
-from hscl_zoo.losses import LOSS_NAMES
+from hscl_zoo.losses.hardening import LinearThresholdSchedule
+from hscl_zoo.losses.methods import METHODS, MethodSpec
 
 
 @dataclass
@@ -45,7 +47,7 @@ class PretrainConfig:
     threshold_start: float = -0.3  # H-SCL(tau): cosine level at epoch 1 ...
     threshold_end: float = 0.0  # ... and at the last epoch (the paper's linear schedule)
     tau_plus: float = 0.0  # H-UCL debiasing class prior
-    positives: str | None = None  # None: views for ucl/hucl, labels for scl/hscl
+    positives: str | None = None  # None: the method's own (views for ucl/hucl, labels for scl/hscl)
     M: float | None = None  # None: global number of embeddings - 2
     # optimisation
     epochs: int = 8
@@ -78,8 +80,14 @@ class PretrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the bad key and what to pass instead."""
-        if self.method not in LOSS_NAMES:
-            raise ValueError(f"method={self.method!r} is unknown; choose one of {', '.join(LOSS_NAMES)}.")
+        if self.method not in METHODS:
+            raise ValueError(f"method={self.method!r} is unknown; choose one of {', '.join(METHODS)}.")
+        for h in self.method_spec.hyperparameters:
+            for key in h.config_keys:
+                if key not in self.field_names():
+                    raise ValueError(f"method {self.method!r}: no config key {key!r} sets its hyperparameter "
+                                     f"{h.name!r}; add that field to PretrainConfig or mark it recipe=False.")
+                h.check(getattr(self, key), self.method, key)
         if self.stem not in ("small", "default", "auto"):
             raise ValueError(f"stem={self.stem!r}: use 'small', 'default' or 'auto'.")
         if self.views < 2:
@@ -148,17 +156,23 @@ class PretrainConfig:
 
     # ---- derived settings ----
 
+    @property
+    def method_spec(self) -> MethodSpec:
+        """The method table's entry for `method`."""
+        return METHODS[self.method]
+
     def loss_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `build_loss(self.method, ...)`; H-SCL(tau) gets a fresh threshold schedule."""
+        """Keyword arguments for `build_loss(self.method, ...)`: the common options and the method's
+        hyperparameters; a scheduled one (H-SCL(tau)'s threshold) gets a fresh linear schedule."""
         kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M}
         if self.positives is not None:
             kwargs["positives"] = self.positives
-        if self.method in ("hucl", "hscl-beta"):
-            kwargs["beta"] = self.beta
-        if self.method == "hucl":
-            kwargs["tau_plus"] = self.tau_plus
-        if self.method == "hscl-tau":
-            kwargs["threshold"] = LinearThresholdSchedule(self.threshold_start, self.threshold_end, self.epochs)
+        for h in self.method_spec.hyperparameters:
+            if h.recipe and h.schedule:
+                start, end = (getattr(self, key) for key in h.config_keys)
+                kwargs[h.name] = LinearThresholdSchedule(start, end, self.epochs)
+            elif h.recipe:
+                kwargs[h.name] = getattr(self, h.name)
         return kwargs
 
     def fast_path(self, device_type: str) -> dict[str, bool]:
@@ -175,19 +189,11 @@ class PretrainConfig:
 
     def method_hyperparameters(self) -> dict[str, Any]:
         """The objective's hyperparameters as a model card and config.json report them."""
-        out: dict[str, Any] = {"temperature": self.temperature, "positives": self.positives or _default_positives(self.method)}
-        if self.method in ("hucl", "hscl-beta"):
-            out["beta"] = self.beta
-        if self.method == "hucl":
-            out["tau_plus"] = self.tau_plus
-        if self.method == "hscl-tau":
-            out["threshold_start"], out["threshold_end"] = self.threshold_start, self.threshold_end
+        spec = self.method_spec
+        out: dict[str, Any] = {"temperature": self.temperature, "positives": self.positives or spec.positives}
+        out.update({key: getattr(self, key) for h in spec.hyperparameters for key in h.config_keys})
         out["M"] = self.M if self.M is not None else "global embeddings - 2"
         return out
-
-
-def _default_positives(method: str) -> str:
-    return "views" if method in ("ucl", "hucl") else "labels"
 
 
 def _allowed_types(key: str) -> tuple[type, ...]:

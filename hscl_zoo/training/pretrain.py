@@ -1,15 +1,18 @@
-"""Pretrain a contrastive encoder with one of the paper's objectives, then probe and export it.
+"""The pretraining loop: train a contrastive encoder with a registered method, then probe and export it.
+
+`recipes/pretrain.py` runs `main` (as will a command-line entry point); `pretrain(argv)` is the
+same without the exit-on-error wrapper:
 
     accelerate launch recipes/pretrain.py                                  # embedded digits, CPU, minutes
-    accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml
-    accelerate launch recipes/pretrain.py --config recipes/configs/cifar10-scl.yaml \
+    accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml
+    accelerate launch recipes/pretrain.py --config recipes/configs/scl-cifar10.yaml \
         --data_dir ../shared/data/cifar10 --epochs 5
     accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
 
-Every key of `hscl_zoo.config.PretrainConfig` can be set as `--key value` (after the YAML file).
-Per epoch: training loss, kNN top-1 on the test split, Assumption-1 fraction and the four Lemma-1
-losses go to `<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and a
-checkpoint to `<output_dir>/checkpoints/`. At the end: a linear probe on frozen features, then a
+Every key of `hscl_zoo.training.config.PretrainConfig` can be set as `--key value` (after the YAML
+file). Per epoch: training loss, kNN top-1 on the test split, Assumption-1 fraction and the four
+Lemma-1 losses go to `<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and
+a checkpoint to `<output_dir>/checkpoints/`. At the end: a linear probe on frozen features, then a
 Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
 """
 
@@ -20,43 +23,40 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
-from torch import nn
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-import hscl_zoo
-from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform
-from hscl_zoo.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from hscl_zoo.config import PretrainConfig, parse_overrides
-from hscl_zoo.data import balanced_subset, load_splits
-from hscl_zoo.diagnostics import DiagnosticsMeter
-from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset
-from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1
-from hscl_zoo.publishing import training_summary, write_hub_folder
+from hscl_zoo.data.datasets import LoadedData, load_splits
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.loaders import SeededLoader, make_loader
+from hscl_zoo.data.raw_images import RawImageDataset
+from hscl_zoo.data.transforms import simclr_transform
+from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.evaluation import evaluate_encoder
+from hscl_zoo.losses.methods import build_loss
+from hscl_zoo.losses.objective import ContrastiveLoss
+from hscl_zoo.models import ContrastiveEncoder, create_model
+from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from hscl_zoo.training.config import PretrainConfig, parse_overrides
+from hscl_zoo.training.monitoring import (
+    diagnostics_meter,
+    monitor_knn,
+    reduce_diagnostics,
+    rewrite_metrics_upto,
+)
+from hscl_zoo.training.publishing import training_summary, write_hub_folder
+
+__all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
+           "export_run"]
 
 RESUMABLE_CHANGES = {"num_workers", "log_with"}
-
-
-class ProjectionModel(nn.Module):
-    """What pretraining optimises: the encoder's backbone and projection head.
-
-    The linear classifier is trained afterwards by the probe, so leaving it out keeps DDP free of
-    unused parameters. The modules are shared with the encoder, not copied.
-    """
-
-    def __init__(self, encoder: hscl_zoo.ContrastiveEncoder) -> None:
-        super().__init__()
-        self.backbone = encoder.backbone
-        self.projector = encoder.projector
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.projector(self.backbone(x)), dim=-1)
 
 
 def parse_args(argv: list[str]) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
@@ -120,42 +120,6 @@ def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.
     return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **fused_arg)
 
 
-def diagnostics_meter(cfg: PretrainConfig, loss_fn: hscl_zoo.ContrastiveLoss) -> DiagnosticsMeter:
-    """The paper's diagnostics with the run's own hardening: the threshold for H-SCL(tau), beta otherwise."""
-    if cfg.method == "hscl-tau":
-        return DiagnosticsMeter(temperature=cfg.temperature, threshold=loss_fn.hardening.current_level)
-    return DiagnosticsMeter(temperature=cfg.temperature, beta=cfg.beta)
-
-
-def monitor_split(train, cfg: PretrainConfig):
-    """The fixed, class-balanced part of the training split the kNN monitor uses as its bank
-    (parquet splits are often sorted by class, so a leading slice would hold few classes)."""
-    if cfg.monitor_train_size is None or len(train) <= cfg.monitor_train_size:
-        return train
-    return balanced_subset(train, cfg.monitor_train_size, seed=cfg.seed)
-
-
-def monitor_knn(encoder, data, cfg: PretrainConfig, device) -> float:
-    """kNN top-1 on the test split from `monitor_split` of the training split (the per-epoch monitor)."""
-    train = monitor_split(data.train, cfg)
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        train_f, train_y = extract_features(encoder.encode, train, encoder.transform, device=device, progress=False)
-        test_f, test_y = extract_features(encoder.encode, data.test, encoder.transform, device=device, progress=False)
-    finally:
-        encoder.train(was_training)
-    return knn_top1(train_f, train_y, test_f, test_y, k=cfg.knn_k)
-
-
-def rewrite_metrics_upto(path: Path, epoch: int) -> None:
-    """Keep the lines of epochs a checkpoint covers (a crash may have logged a later one)."""
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= epoch]
-    path.write_text("".join(line + "\n" for line in kept))
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the recipe; bad settings, data or checkpoints end it with `error: ...` and exit status 1."""
     try:
@@ -165,6 +129,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def pretrain(argv: list[str]) -> dict[str, Any]:
+    """Parse `argv` (as `recipes/pretrain.py` does), train, probe and export; returns the linear
+    evaluation and ``hub_dir`` on the main process ({} elsewhere). Refusals raise SystemExit."""
     cfg, args, overrides = parse_args(argv)
     cfg = resolve_run(cfg, args, overrides)
     run_dir = Path(cfg.output_dir)
@@ -179,7 +145,6 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
 
     data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed)
-    per_process = cfg.batch_size // world
     if cfg.batch_size > len(data.train):
         raise SystemExit(
             f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
@@ -195,7 +160,7 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
 
     set_seed(cfg.seed)
     image_size = cfg.image_size or data.spec.image_size
-    encoder = hscl_zoo.create_model(
+    encoder = create_model(
         cfg.backbone,
         num_classes=len(data.class_names),
         image_size=image_size,
@@ -205,25 +170,15 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         std=data.spec.std,
     )
     fast = cfg.fast_path(accelerator.device.type)
-    augmentation = simclr_transform(image_size, mean=data.spec.mean, std=data.spec.std)
-    augment = None
-    if fast["gpu_augment"]:
-        train_set = RawImageDataset(data.train, cache=fast["cache_images"], label_positive=cfg.label_positive_pairing,
-                                    views=cfg.views, seed=cfg.seed)
-        augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed).to(accelerator.device)
-    else:
-        train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
-                                     label_positive=cfg.label_positive_pairing, seed=cfg.seed)
-    loader = make_loader(train_set, per_process, shuffle=True, seed=cfg.seed, num_workers=cfg.num_workers,
-                         drop_last=True, pin_memory=accelerator.device.type == "cuda",
-                         persistent_workers=cfg.num_workers > 0)
-    model = ProjectionModel(encoder)
+    train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
+                                                cache_images=fast["cache_images"])
+    model = encoder.projection_network()
     if fast["channels_last"]:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     forward = torch.compile(model) if fast["compile"] else model
-    loss_fn = hscl_zoo.build_loss(cfg.method, **cfg.loss_kwargs())
+    loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
     if cfg.log_with:
         accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
 
@@ -244,40 +199,9 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         if augment is not None:
             augment.set_epoch(epoch, rank=accelerator.process_index)
         loss_fn.set_epoch(epoch)
-        meter = diagnostics_meter(cfg, loss_fn)
         model.train()
-        loss_sum = torch.zeros((), device=accelerator.device)
-        steps, seen, started = 0, 0, time.perf_counter()
-        bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False)
-        for step, (images, labels, _) in enumerate(bar):
-            views = augment(images) if augment is not None else images
-            B, V = views.shape[:2]
-            x = views.flatten(0, 1)
-            if fast["channels_last"]:
-                x = x.contiguous(memory_format=torch.channels_last)
-            z = forward(x).view(B, V, -1)
-            loss = loss_fn(z, labels)
-            optimizer.zero_grad(set_to_none=True)
-            accelerator.backward(loss)
-            optimizer.step()
-            loss_sum += loss.detach()
-            steps += 1
-            seen += B * V * world
-            if cfg.diagnostics and step % cfg.diagnostics_every == 0:
-                meter.update(z.detach().float(), labels)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{loss.item():.4f}")
-        seconds = time.perf_counter() - started
-        record: dict[str, Any] = {
-            "epoch": epoch,
-            "train_loss": accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item(),
-            "views_per_second": seen / seconds,
-            "epoch_seconds": seconds,
-        }
-        if cfg.method == "hscl-tau":
-            record["threshold"] = loss_fn.hardening.current_level
-        if cfg.diagnostics:
-            record.update(reduce_diagnostics(accelerator, meter))
+        record = train_epoch(cfg, epoch, accelerator, loader, augment, forward, optimizer, loss_fn,
+                             channels_last=fast["channels_last"])
         if accelerator.is_main_process:
             record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
             with metrics_path.open("a") as f:
@@ -289,40 +213,111 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
 
     result: dict[str, Any] = {}
     if accelerator.is_main_process:
-        evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
-                                      device=accelerator.device)
-        encoder.classifier.load_state_dict(evaluation.pop("head"))
-        (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
-        history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-        hub_dir = write_hub_folder(
-            encoder, run_dir / "hub", training=training_summary(cfg, world, len(data.class_names), args.config), evaluation=evaluation, history=history
-        )
-        result = {**evaluation, "hub_dir": str(hub_dir)}
-        print(
-            f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
-            f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
-            f"({len(data.test)} images). Hub-ready folder: {hub_dir}",
-            flush=True,
-        )
+        result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
+                            config_path=args.config)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return result
 
 
-def reduce_diagnostics(accelerator: Accelerator, meter: DiagnosticsMeter) -> dict[str, float]:
-    """Pool the per-process diagnostics: anchor counts add up, batch losses average."""
-    sums = torch.tensor(
-        [meter.holds, meter.eligible, meter.batches, meter.lemma_batches_held, *meter.loss_sums.values()],
-        dtype=torch.float64,
-        device=accelerator.device,
+def training_views(
+    cfg: PretrainConfig,
+    data: LoadedData,
+    image_size: int,
+    accelerator: Accelerator,
+    *,
+    gpu_augment: bool,
+    cache_images: bool,
+) -> tuple[Dataset, BatchSimCLRAugment | None, SeededLoader]:
+    """The training set, the device augmenter (None when the workers augment) and the seeded
+    loader of one process's share of each global batch."""
+    augmentation = simclr_transform(image_size, mean=data.spec.mean, std=data.spec.std)
+    augment = None
+    if gpu_augment:
+        train_set = RawImageDataset(data.train, cache=cache_images, label_positive=cfg.label_positive_pairing,
+                                    views=cfg.views, seed=cfg.seed)
+        augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed).to(accelerator.device)
+    else:
+        train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
+                                     label_positive=cfg.label_positive_pairing, seed=cfg.seed)
+    loader = make_loader(train_set, cfg.batch_size // accelerator.num_processes, shuffle=True, seed=cfg.seed,
+                         num_workers=cfg.num_workers, drop_last=True, pin_memory=accelerator.device.type == "cuda",
+                         persistent_workers=cfg.num_workers > 0)
+    return train_set, augment, loader
+
+
+def train_epoch(
+    cfg: PretrainConfig,
+    epoch: int,
+    accelerator: Accelerator,
+    loader: Iterable,
+    augment: BatchSimCLRAugment | None,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: ContrastiveLoss,
+    *,
+    channels_last: bool,
+) -> dict[str, Any]:
+    """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor)."""
+    meter = diagnostics_meter(cfg, loss_fn)
+    loss_sum = torch.zeros((), device=accelerator.device)
+    steps, seen, started = 0, 0, time.perf_counter()
+    bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False)
+    for step, (images, labels, _) in enumerate(bar):
+        views = augment(images) if augment is not None else images
+        B, V = views.shape[:2]
+        x = views.flatten(0, 1)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        z = forward(x).view(B, V, -1)
+        loss = loss_fn(z, labels)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        optimizer.step()
+        loss_sum += loss.detach()
+        steps += 1
+        seen += B * V * accelerator.num_processes
+        if cfg.diagnostics and step % cfg.diagnostics_every == 0:
+            meter.update(z.detach().float(), labels)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    seconds = time.perf_counter() - started
+    record: dict[str, Any] = {
+        "epoch": epoch,
+        "train_loss": accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item(),
+        "views_per_second": seen / seconds,
+        "epoch_seconds": seconds,
+    }
+    level = getattr(loss_fn.hardening, "current_level", None)
+    if level is not None:
+        record["threshold"] = level
+    if cfg.diagnostics:
+        record.update(reduce_diagnostics(accelerator, meter))
+    return record
+
+
+def export_run(
+    cfg: PretrainConfig,
+    encoder: ContrastiveEncoder,
+    data: LoadedData,
+    run_dir: Path,
+    device: torch.device,
+    *,
+    num_processes: int,
+    config_path: str | None,
+) -> dict[str, Any]:
+    """Probe the trained encoder, fit its linear head, write linear_eval.json and the Hub folder."""
+    evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
+                                  device=device)
+    encoder.classifier.load_state_dict(evaluation.pop("head"))
+    (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    training = training_summary(cfg, num_processes, len(data.class_names), config_path)
+    hub_dir = write_hub_folder(encoder, run_dir / "hub", training=training, evaluation=evaluation, history=history)
+    print(
+        f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
+        f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
+        f"({len(data.test)} images). Hub-ready folder: {hub_dir}",
+        flush=True,
     )
-    sums = accelerator.reduce(sums, reduction="sum")
-    holds, eligible, batches, held, *losses = sums.tolist()
-    out = {"assumption_fraction": holds / eligible if eligible else float("nan")}
-    out.update({f"loss_{k}": v / max(batches, 1) for k, v in zip(meter.loss_sums, losses)})
-    out["lemma_held_fraction"] = held / max(batches, 1)
-    return out
-
-
-if __name__ == "__main__":
-    main()
+    return {**evaluation, "hub_dir": str(hub_dir)}

@@ -2,8 +2,8 @@
 
 The folder holds `model.safetensors` and `config.json` (with the training summary), a rendered
 model card `README.md`, and `metrics.json` (the linear-probe evaluation and, for a recipe run,
-the per-epoch history). `recipes/pretrain.py` writes it at the end of a run and
-`recipes/publish.py` rebuilds or pushes it.
+the per-epoch history). The pretraining loop (`hscl_zoo.training.pretrain`) writes it at the end
+of a run and `recipes/publish.py` rebuilds or pushes it.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from hscl_zoo.cards import render_card
-from hscl_zoo.config import PretrainConfig
-from hscl_zoo.hub import CONFIG_NAME, save_pretrained
+from hscl_zoo.training.config import PretrainConfig
+from hscl_zoo.zoo.cards import render_card
+from hscl_zoo.zoo.hub import CONFIG_NAME
+from hscl_zoo.zoo.saving import save_pretrained
 
 METRICS_NAME = "metrics.json"
 CARD_NAME = "README.md"
@@ -25,10 +26,11 @@ CARD_METRICS = ("top1", "top5", "knn_top1")
 
 
 def negatives_per_anchor(cfg: PretrainConfig, num_classes: int) -> int:
-    """Negatives each anchor meets in a global batch: every other image's views for UCL/H-UCL;
-    for SCL/H-SCL the other-label views, (C - 1) / C of them on a class-balanced batch."""
+    """Negatives each anchor meets in a global batch: every other image's views for a method whose
+    negatives are other images (UCL, H-UCL); for one whose negatives are other labels (SCL, H-SCL)
+    the other-label views, (C - 1) / C of them on a class-balanced batch."""
     others = (cfg.batch_size - 1) * cfg.views
-    if cfg.method in ("ucl", "hucl"):
+    if cfg.method_spec.negatives == "other-images":
         return others
     return round(cfg.batch_size * cfg.views * (num_classes - 1) / num_classes)
 

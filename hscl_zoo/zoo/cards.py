@@ -2,7 +2,7 @@
 
 ``render_card`` takes a registry entry (the checked-in cards under ``model_cards/``) or the config
 of a trained model with its training summary and measured metrics (what a publish step uploads
-as README.md). Regenerate the checked-in cards with ``python -m hscl_zoo.cards --out model_cards``;
+as README.md). Regenerate the checked-in cards with ``python -m hscl_zoo.zoo.cards --out model_cards``;
 ``--check`` exits non-zero when they differ from what the registry renders.
 """
 
@@ -19,8 +19,10 @@ from typing import Any
 
 import yaml
 
-from hscl_zoo import registry
-from hscl_zoo.registry import DATASETS, METHODS, ZooEntry
+import hscl_zoo.zoo.registry as registry
+from hscl_zoo.data.catalog import DATASETS
+from hscl_zoo.losses.methods import METHODS
+from hscl_zoo.zoo.registry import ZooEntry
 
 __all__ = ["CARD_TEMPLATE", "render_card", "write_cards", "check_cards", "main"]
 
@@ -163,7 +165,7 @@ def _front_matter(facts: _CardFacts, results: Mapping[str, float]) -> str:
         "pipeline_tag": "image-classification",
         "tags": ["image-classification", "contrastive-learning", "hard-negative-sampling", "hscl_zoo",
                  facts.method, facts.backbone],
-        "datasets": [dataset.hub_id if dataset else facts.dataset],
+        "datasets": [dataset.hub_id or dataset.name if dataset else facts.dataset],
         "metrics": ["accuracy"],
     }
     if results:
@@ -176,7 +178,7 @@ def _front_matter(facts: _CardFacts, results: Mapping[str, float]) -> str:
             "results": [{
                 "task": {"type": "image-classification", "name": "Image Classification"},
                 "dataset": {"name": dataset.display if dataset else facts.dataset,
-                            "type": dataset.hub_id if dataset else facts.dataset},
+                            "type": dataset.hub_id or dataset.name if dataset else facts.dataset},
                 "metrics": metrics,
             }],
         }]
@@ -354,8 +356,8 @@ def check_cards(out: str | Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m hscl_zoo.cards --out model_cards [--check]``."""
-    parser = argparse.ArgumentParser(prog="python -m hscl_zoo.cards", description=__doc__.splitlines()[0])
+    """Command line: ``python -m hscl_zoo.zoo.cards --out model_cards [--check]``."""
+    parser = argparse.ArgumentParser(prog="python -m hscl_zoo.zoo.cards", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="model_cards", help="folder holding one card per zoo name")
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on differences")
     args = parser.parse_args(argv)
@@ -364,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
-            print(f"Regenerate with: python -m hscl_zoo.cards --out {args.out}", file=sys.stderr)
+            print(f"Regenerate with: python -m hscl_zoo.zoo.cards --out {args.out}", file=sys.stderr)
             return 1
         print(f"{len(_rendered())} cards in {args.out} are up to date.")
         return 0

@@ -1,9 +1,12 @@
-"""The zoo's names: one entry per (method, dataset), each tied to a Hub repo, a pinned revision
-and the sha256 of its weights.
+"""The zoo's names: one entry per published or planned model, each tied to a Hub repo, a pinned
+revision and the sha256 of its weights.
 
-The registry knows names, repos, revisions, checksums and published metrics, and nothing of
-training. Entries are generated from the method and dataset tables below; publishing a model is
-one line in ``_PUBLISHED`` (commit, sha256, metrics), written after ``hscl_zoo.hub.push_to_hub``.
+The registry knows names, repos, backbones, revisions, checksums and published metrics, and
+nothing of training. The paper's grid (every method x dataset of Table 1, on ResNet-50) is
+generated from the method table (``hscl_zoo.losses.methods``) and the dataset table
+(``hscl_zoo.data.catalog``); any other model is one ``register_model(ZooEntry(...))``.
+Publishing a model is one line in ``_PUBLISHED`` (commit, sha256, metrics), written after
+``hscl_zoo.push_to_hub``.
 """
 
 from __future__ import annotations
@@ -15,14 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from hscl_zoo.data.catalog import DATASETS
+from hscl_zoo.losses.methods import METHODS
+
 __all__ = [
     "ZooEntry",
-    "DatasetInfo",
-    "MethodInfo",
-    "DATASETS",
-    "METHODS",
     "HUB_ORG",
-    "PAPER_TOP1",
+    "PAPER_BACKBONE",
     "list_models",
     "info",
     "is_model",
@@ -30,65 +32,13 @@ __all__ = [
     "entries",
     "find_by_repo",
     "pretrain_command",
+    "config_path",
+    "register_model",
 ]
 
 HUB_ORG = "hscl-zoo"
-DEFAULT_BACKBONE = "resnet50"
-
-
-@dataclass(frozen=True)
-class MethodInfo:
-    """A training objective of the paper, as named in the zoo and in the paper."""
-
-    key: str
-    display: str
-    summary: str
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """A dataset the zoo trains on: display name, Hub dataset id, classes and native resolution."""
-
-    key: str
-    display: str
-    hub_id: str
-    num_classes: int
-    native_size: int
-
-
-METHODS: Mapping[str, MethodInfo] = MappingProxyType({m.key: m for m in (
-    MethodInfo("ucl", "UCL", "unsupervised contrastive learning (SimCLR-style): positives are other views "
-               "of the same image, negatives are all other images, weighted uniformly"),
-    MethodInfo("hucl", "H-UCL", "hard unsupervised contrastive learning: UCL with negatives re-weighted "
-               "towards the hardest ones by an exponential tilt"),
-    MethodInfo("scl", "SCL", "supervised contrastive learning: positives share the anchor's label, "
-               "negatives are images of other classes, weighted uniformly"),
-    MethodInfo("hscl-beta", "H-SCL(β)", "hard supervised contrastive learning: SCL with negatives of other "
-               "classes re-weighted by the exponential tilt exp(β·s)"),
-    MethodInfo("hscl-tau", "H-SCL(τ)", "hard supervised contrastive learning: SCL keeping only negatives of "
-               "other classes whose similarity passes a threshold that rises during training"),
-)})
-
-DATASETS: Mapping[str, DatasetInfo] = MappingProxyType({d.key: d for d in (
-    DatasetInfo("stl10", "STL-10", "tanganke/stl10", 10, 96),
-    DatasetInfo("cifar10", "CIFAR-10", "uoft-cs/cifar10", 10, 32),
-    DatasetInfo("cifar100", "CIFAR-100", "uoft-cs/cifar100", 100, 32),
-    DatasetInfo("tinyimagenet", "Tiny ImageNet", "zh-plus/tiny-imagenet", 200, 64),
-)})
-
-PAPER_TOP1: Mapping[tuple[str, str], tuple[float, float | None]] = MappingProxyType({
-    ("ucl", "stl10"): (64.36, 0.92), ("ucl", "cifar10"): (89.16, None),
-    ("ucl", "cifar100"): (64.02, None), ("ucl", "tinyimagenet"): (53.40, None),
-    ("hucl", "stl10"): (67.82, 1.41), ("hucl", "cifar10"): (90.35, None),
-    ("hucl", "cifar100"): (67.77, None), ("hucl", "tinyimagenet"): (56.22, None),
-    ("scl", "stl10"): (68.28, 0.92), ("scl", "cifar10"): (93.46, None),
-    ("scl", "cifar100"): (71.68, None), ("scl", "tinyimagenet"): (62.06, None),
-    ("hscl-beta", "stl10"): (72.52, 1.94), ("hscl-beta", "cifar10"): (93.98, None),
-    ("hscl-beta", "cifar100"): (75.11, None), ("hscl-beta", "tinyimagenet"): (65.39, None),
-    ("hscl-tau", "stl10"): (71.02, 2.03), ("hscl-tau", "cifar10"): (92.95, None),
-    ("hscl-tau", "cifar100"): (72.97, None), ("hscl-tau", "tinyimagenet"): (63.84, None),
-})
-"""Table 1 of the paper: linear-probe top-1 % (mean, std where the paper gives one)."""
+PAPER_BACKBONE = "resnet50"
+"""The backbone of the paper's Table 1, and of the zoo's entries for it."""
 
 # name: (pinned 40-hex commit of the Hub repo, sha256 of model.safetensors, published metrics in %)
 _PUBLISHED: dict[str, tuple[str, str, dict[str, float]]] = {
@@ -105,7 +55,9 @@ def pretrain_command(config: str) -> str:
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """One zoo model: where its weights live, how they are pinned, and what they scored.
+    """One zoo model: what it is (method, dataset, timm backbone), where its weights live, how
+    they are pinned, and what they scored. ``config`` is its recipe config, relative to the
+    repository root (``recipes/configs/<name>.yaml``).
 
     ``revision``, ``sha256`` and ``metrics`` stay empty until the weights are published;
     ``metrics`` holds only measured numbers (top-1 % of the linear probe, ...), never the paper's,
@@ -129,6 +81,8 @@ class ZooEntry:
             raise ValueError(f"Unknown method {self.method!r}; expected one of {list(METHODS)}.")
         if self.dataset not in DATASETS:
             raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}.")
+        if not isinstance(self.backbone, str) or not self.backbone:
+            raise ValueError(f"{self.name}: backbone must name a timm model (e.g. 'resnet50'), got {self.backbone!r}.")
         if (self.revision is None) != (self.sha256 is None):
             raise ValueError(f"{self.name}: revision and sha256 are published together; got "
                              f"revision={self.revision!r}, sha256={self.sha256!r}.")
@@ -188,33 +142,43 @@ class ZooEntry:
         return self.summary()
 
 
-def _build_entries() -> dict[str, ZooEntry]:
-    entries = {}
-    for method in METHODS:
-        for dataset in DATASETS:
-            name = f"{method}-{dataset}"
-            top1, std = PAPER_TOP1[(method, dataset)]
-            revision, sha256, metrics = _PUBLISHED.get(name, (None, None, {}))
-            entries[name] = ZooEntry(
-                name=name,
-                method=method,
-                dataset=dataset,
-                backbone=DEFAULT_BACKBONE,
-                hub_repo=f"{HUB_ORG}/{name}",
-                config=f"recipes/configs/{dataset}-{method}.yaml",
-                paper_top1=top1,
-                paper_top1_std=std,
-                revision=revision,
-                sha256=sha256,
-                metrics=metrics,
-            )
-    unknown = sorted(set(_PUBLISHED) - set(entries))
-    if unknown:
-        raise ValueError(f"_PUBLISHED names {unknown} are not zoo names.")
-    return entries
+def config_path(name: str) -> str:
+    """The recipe config of a zoo name, relative to the repository root."""
+    return f"recipes/configs/{name}.yaml"
 
 
-_ENTRIES: Mapping[str, ZooEntry] = MappingProxyType(_build_entries())
+_ENTRIES: dict[str, ZooEntry] = {}
+
+
+def register_model(entry: ZooEntry, *, replace: bool = False) -> ZooEntry:
+    """Add an entry to the zoo (``list_models``, ``info``, ``load`` and the cards know it).
+
+    A name that is taken is refused unless ``replace=True``. Returns the entry.
+    """
+    if not isinstance(entry, ZooEntry):
+        raise ValueError(f"register_model takes a ZooEntry, got {type(entry).__name__}.")
+    if entry.name in _ENTRIES and not replace:
+        raise ValueError(f"zoo name {entry.name!r} is already registered; pass replace=True to redefine it.")
+    _ENTRIES[entry.name] = entry
+    return entry
+
+
+def paper_entry(method: str, dataset: str, backbone: str = PAPER_BACKBONE) -> ZooEntry:
+    """The entry ``<method>-<dataset>`` of the paper's grid, with Table 1's number and, once
+    published, its pinned revision, checksum and metrics."""
+    name = f"{method}-{dataset}"
+    top1, std = METHODS[method].paper_top1[dataset]
+    revision, sha256, metrics = _PUBLISHED.get(name, (None, None, {}))
+    return ZooEntry(name=name, method=method, dataset=dataset, backbone=backbone, hub_repo=f"{HUB_ORG}/{name}",
+                    config=config_path(name), paper_top1=top1, paper_top1_std=std, revision=revision,
+                    sha256=sha256, metrics=metrics)
+
+
+for _spec in tuple(METHODS.values()):
+    for _dataset in _spec.paper_top1:
+        register_model(paper_entry(_spec.name, _dataset))
+if set(_PUBLISHED) - set(_ENTRIES):
+    raise ValueError(f"_PUBLISHED names {sorted(set(_PUBLISHED) - set(_ENTRIES))} are not zoo names.")
 
 
 def list_models(pattern: str | Iterable[str] = "*", published_only: bool = False) -> list[str]:
