@@ -8,12 +8,12 @@ is one `register_dataset(DatasetSpec(...))`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import datasets
 
+from hscl_zoo._table import NamedTable
 from hscl_zoo.data.digits import DIGITS_IMAGE_SIZE, digits_tables
 
 __all__ = ["DatasetSpec", "DATASETS", "register_dataset", "get_spec"]
@@ -89,8 +89,7 @@ class DatasetSpec:
         return self.image_size
 
 
-_DATASETS: dict[str, DatasetSpec] = {}
-DATASETS: Mapping[str, DatasetSpec] = MappingProxyType(_DATASETS)
+DATASETS: NamedTable[DatasetSpec] = NamedTable("dataset", DatasetSpec)
 """Every registered dataset by name (read-only; see `register_dataset`)."""
 
 
@@ -99,20 +98,15 @@ def register_dataset(spec: DatasetSpec, *, replace: bool = False) -> DatasetSpec
 
     A name that is taken is refused unless ``replace=True``. Returns the spec.
     """
-    if not isinstance(spec, DatasetSpec):
-        raise ValueError(f"register_dataset takes a DatasetSpec, got {type(spec).__name__}.")
-    if spec.name in _DATASETS and not replace:
-        raise ValueError(f"dataset {spec.name!r} is already registered; pass replace=True to redefine it.")
-    _DATASETS[spec.name] = spec
-    return spec
+    return DATASETS.register(spec, replace=replace)
 
 
 def get_spec(name: str) -> DatasetSpec:
     """Return the registered spec for ``name``; a ValueError lists the known names otherwise."""
     try:
-        return _DATASETS[name]
+        return DATASETS[name]
     except (KeyError, TypeError):
-        known = ", ".join(sorted(_DATASETS))
+        known = ", ".join(sorted(DATASETS))
         raise ValueError(f"unknown dataset {name!r}; known datasets: {known}") from None
 
 

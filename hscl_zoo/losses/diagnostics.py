@@ -40,13 +40,8 @@ def _scaled_similarities(features: Tensor, labels: Tensor, temperature: float):
 
 @torch.no_grad()
 def assumption_counts(
-    features: Tensor,
-    labels: Tensor,
-    *,
-    temperature: float = 0.5,
-    beta: float | None = None,
-    threshold: float | None = None,
-    hardening: HardeningFn | None = None,
+    features: Tensor, labels: Tensor, *, temperature: float = 0.5, beta: float | None = None,
+    threshold: float | None = None, hardening: HardeningFn | None = None,
 ) -> tuple[int, int]:
     """(anchors satisfying Assumption 1, eligible anchors): eligible anchors have both a label
     collision and an other-label negative in the batch. An empty hard set falls back to uniform
@@ -62,13 +57,8 @@ def assumption_counts(
 
 
 def assumption_fraction(
-    features: Tensor,
-    labels: Tensor,
-    *,
-    temperature: float = 0.5,
-    beta: float | None = None,
-    threshold: float | None = None,
-    hardening: HardeningFn | None = None,
+    features: Tensor, labels: Tensor, *, temperature: float = 0.5, beta: float | None = None,
+    threshold: float | None = None, hardening: HardeningFn | None = None,
 ) -> float:
     """Fraction of eligible anchors for which Assumption 1 holds under the exponential tilt
     (beta), the threshold (cosine level `threshold`) or any hardening function; NaN when no

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from hscl_zoo._table import NamedTable
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.losses.methods import METHODS
 
@@ -147,7 +148,7 @@ def config_path(name: str) -> str:
     return f"recipes/configs/{name}.yaml"
 
 
-_ENTRIES: dict[str, ZooEntry] = {}
+_ENTRIES: NamedTable[ZooEntry] = NamedTable("zoo name", ZooEntry)
 
 
 def register_model(entry: ZooEntry, *, replace: bool = False) -> ZooEntry:
@@ -155,12 +156,7 @@ def register_model(entry: ZooEntry, *, replace: bool = False) -> ZooEntry:
 
     A name that is taken is refused unless ``replace=True``. Returns the entry.
     """
-    if not isinstance(entry, ZooEntry):
-        raise ValueError(f"register_model takes a ZooEntry, got {type(entry).__name__}.")
-    if entry.name in _ENTRIES and not replace:
-        raise ValueError(f"zoo name {entry.name!r} is already registered; pass replace=True to redefine it.")
-    _ENTRIES[entry.name] = entry
-    return entry
+    return _ENTRIES.register(entry, replace=replace)
 
 
 def paper_entry(method: str, dataset: str, backbone: str = PAPER_BACKBONE) -> ZooEntry:
