@@ -113,3 +113,25 @@ def test_find_by_repo_needs_the_pinned_revision():
     entry = info("scl-cifar10")
     assert registry.find_by_repo(entry.hub_repo, None) is None
     assert registry.find_by_repo(entry.hub_repo, entry.revision) is None  # unpublished: nothing to check
+
+
+def test_an_entry_outside_the_paper_grid_carries_its_own_backbone():
+    from hscl_zoo.zoo.cards import render_card
+    from hscl_zoo.zoo.hub import WeightsNotPublishedError
+
+    entry = ZooEntry(name="scl-cifar10-resnet18", method="scl", dataset="cifar10", backbone="resnet18",
+                     hub_repo="hscl-zoo/scl-cifar10-resnet18", config=registry.config_path("scl-cifar10-resnet18"))
+    registry.register_model(entry)
+    try:
+        assert "scl-cifar10-resnet18" in list_models("scl-cifar10*") and info("scl-cifar10-resnet18") is entry
+        assert info("scl-cifar10").backbone == "resnet50"  # the paper's grid is untouched
+        assert "A `resnet18` image encoder" in render_card(entry)
+        with pytest.raises(WeightsNotPublishedError, match="recipes/configs/scl-cifar10-resnet18.yaml"):
+            hscl_zoo.load("scl-cifar10-resnet18")
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_model(entry)
+    finally:
+        registry._ENTRIES.remove(entry.name)
+    assert not registry.is_model("scl-cifar10-resnet18")
+    with pytest.raises(ValueError, match="backbone must name a timm model"):
+        dataclasses.replace(info("scl-cifar10"), backbone="")

@@ -141,9 +141,6 @@ class MethodSpec:
             raise ValueError(f"{self.name}: exclusive names {strays} that are not hyperparameters.")
         object.__setattr__(self, "paper_top1", MappingProxyType(dict(self.paper_top1)))
 
-    def hyperparameter(self, name: str) -> Hyperparameter:
-        return next(h for h in self.hyperparameters if h.name == name)
-
     @property
     def options(self) -> tuple[str, ...]:
         """Every `build_loss` keyword the method takes (detach_weights only when it hardens)."""

@@ -31,7 +31,8 @@ Negatives = Literal["other-images", "other-labels"]
 
 
 class ContrastiveLoss(nn.Module):
-    """InfoNCE in its large-negative-sample form with optional label-aware and hard negatives.
+    """InfoNCE in its large-negative-sample form with optional label-aware and hard negatives
+    (docs/losses.md states the contract exactly).
 
     Called as `loss_fn(features, labels=None)` with `features` of shape (B, V, d) (B images, V >= 2
     views, L2-normalised here) and `labels` of shape (B,), integer. Returns a scalar.
