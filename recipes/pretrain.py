@@ -136,13 +136,17 @@ def monitor_split(train, cfg: PretrainConfig):
 
 
 def monitor_knn(encoder, data, cfg: PretrainConfig, device) -> float:
-    """kNN top-1 on the test split from `monitor_split` of the training split (the per-epoch monitor)."""
+    """kNN top-1 on `monitor_test_size` class-balanced test images (all by default), from
+    `monitor_split` of the training split: the per-epoch monitor."""
     train = monitor_split(data.train, cfg)
+    test = data.test
+    if cfg.monitor_test_size is not None and len(test) > cfg.monitor_test_size:
+        test = balanced_subset(test, cfg.monitor_test_size, seed=cfg.seed)
     was_training = encoder.training
     encoder.eval()
     try:
         train_f, train_y = extract_features(encoder.encode, train, encoder.transform, device=device, progress=False)
-        test_f, test_y = extract_features(encoder.encode, data.test, encoder.transform, device=device, progress=False)
+        test_f, test_y = extract_features(encoder.encode, test, encoder.transform, device=device, progress=False)
     finally:
         encoder.train(was_training)
     return knn_top1(train_f, train_y, test_f, test_y, k=cfg.knn_k)
@@ -178,7 +182,7 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     if cfg.batch_size % world:
         raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
 
-    data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed)
+    data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test)
     per_process = cfg.batch_size // world
     if cfg.batch_size > len(data.train):
         raise SystemExit(
@@ -277,9 +281,11 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         if cfg.method == "hscl-tau":
             record["threshold"] = loss_fn.hardening.current_level
         if cfg.diagnostics:
-            record.update(reduce_diagnostics(accelerator, meter))
+            record.update(meter.summarise(accelerator.reduce(meter.state().to(accelerator.device), reduction="sum")))
         if accelerator.is_main_process:
+            monitor_started = time.perf_counter()
             record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
+            record["monitor_seconds"] = time.perf_counter() - monitor_started
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
@@ -307,21 +313,6 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return result
-
-
-def reduce_diagnostics(accelerator: Accelerator, meter: DiagnosticsMeter) -> dict[str, float]:
-    """Pool the per-process diagnostics: anchor counts add up, batch losses average."""
-    sums = torch.tensor(
-        [meter.holds, meter.eligible, meter.batches, meter.lemma_batches_held, *meter.loss_sums.values()],
-        dtype=torch.float64,
-        device=accelerator.device,
-    )
-    sums = accelerator.reduce(sums, reduction="sum")
-    holds, eligible, batches, held, *losses = sums.tolist()
-    out = {"assumption_fraction": holds / eligible if eligible else float("nan")}
-    out.update({f"loss_{k}": v / max(batches, 1) for k, v in zip(meter.loss_sums, losses)})
-    out["lemma_held_fraction"] = held / max(batches, 1)
-    return out
 
 
 if __name__ == "__main__":

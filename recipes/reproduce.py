@@ -40,11 +40,22 @@ PAPER_TOP1 = {  # Table 1 of the paper (ResNet-50, 200 epochs, batch 512)
 }
 
 BUDGETS: dict[str, dict[str, Any]] = {
-    # Two shared CPU cores, one working session for 5 methods x 3 seeds: a 1,500-image
-    # class-balanced CIFAR-10 subset (300 test images), ResNet-18 with timm's stem (the paper's
-    # small stem is ~18x slower here), 6 epochs.
+    # The smoke budget: 1,500 CIFAR-10 training images (300 test images), 6 epochs. Too small for
+    # the methods to separate; kept to check the driver end to end in about half an hour.
     "cpu-cifar10": dict(dataset="cifar10", subset=1500, backbone="resnet18", stem="default", epochs=6,
                         batch_size=128, probe_epochs=100, knn_k=50, monitor_train_size=1500),
+    # The CPU evidence budget: a class-balanced 10,000-image CIFAR-10 subset evaluated on the full
+    # 10,000-image test split; ResNet-18 with timm's stem (the paper's small stem is ~18x slower on a
+    # CPU), batch 256 (M = 510), 15 epochs. The per-epoch kNN monitor classifies 5,000 balanced
+    # test images from a 5,000-image bank; the final linear probe and kNN use all of both splits.
+    "cpu-cifar10-10k": dict(dataset="cifar10", subset=10000, full_test=True, backbone="resnet18", stem="default",
+                            epochs=15, batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000,
+                            monitor_test_size=5000),
+    # Tiny ImageNet at 32 px: 100 training images per class (20,000), the full 10,000-image
+    # validation split as test, 10 epochs; otherwise as cpu-cifar10-10k.
+    "cpu-tinyimagenet-20k": dict(dataset="tinyimagenet", subset=20000, full_test=True, image_size=32,
+                                 backbone="resnet18", stem="default", epochs=10, batch_size=256, probe_epochs=100,
+                                 knn_k=50, monitor_train_size=5000, monitor_test_size=5000),
     # One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem.
     "gpu-cifar10": dict(dataset="cifar10", backbone="resnet18", stem="small", epochs=50, batch_size=512,
                         probe_epochs=100, knn_k=200, monitor_train_size=10000, mixed_precision="bf16",
@@ -54,12 +65,42 @@ BUDGETS: dict[str, dict[str, Any]] = {
                         batch_size=64, probe_epochs=10, knn_k=20, monitor_train_size=200),
 }
 # Each method's hyperparameters, as in recipes/configs (the middle of the paper's grids).
+# H-SCL(tau)'s threshold schedule is not fixed here: see `threshold_schedule`.
 METHOD_SETTINGS: dict[str, dict[str, Any]] = {
-    "ucl": {}, "scl": {},
+    "ucl": {}, "scl": {}, "hscl-tau": {},
     "hucl": {"beta": 1.0, "tau_plus": 0.1},
     "hscl-beta": {"beta": 1.0},
-    "hscl-tau": {"threshold_start": -0.3, "threshold_end": 0.0},
 }
+# Runs go in this order within a seed: the headline pair first, and SCL before H-SCL(tau),
+# whose threshold schedule is read from SCL's measured negative cosines.
+RUN_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
+# The threshold at the first epoch keeps the upper half of SCL's other-label negative cosines
+# at its first epoch; the one at the last epoch keeps the upper quarter at its last epoch.
+THRESHOLD_START_QUANTILE, THRESHOLD_END_QUANTILE = "neg_cos_q50", "neg_cos_q75"
+
+
+def threshold_schedule(out: Path, seed: int) -> dict[str, float]:
+    """H-SCL(tau)'s (threshold_start, threshold_end) for a budget, chosen from the distribution of
+    other-label negative cosines that the SCL run of the same seed logged: the median at its first
+    epoch and the 75th percentile at its last (rounded to 0.01), so that the threshold keeps about
+    half the negatives early and a quarter late instead of all of them."""
+    scl_path = out / "runs" / f"scl-s{seed}.json"
+    if not scl_path.is_file():
+        raise SystemExit(f"error: H-SCL(tau) takes its threshold schedule from {scl_path}, which does not exist yet; "
+                         "run scl for this seed first (the default method order does).")
+    history = json.loads(scl_path.read_text())["history"]
+    if THRESHOLD_START_QUANTILE not in history[0]:
+        raise SystemExit(f"error: {scl_path} has no negative-cosine quantiles (made before they were logged); "
+                         "re-run that SCL run.")
+    return {"threshold_start": round(history[0][THRESHOLD_START_QUANTILE], 2),
+            "threshold_end": round(history[-1][THRESHOLD_END_QUANTILE], 2)}
+
+
+def method_settings(out: Path, method: str, seed: int) -> dict[str, Any]:
+    """The hyperparameters of one run at a budget."""
+    if method == "hscl-tau":
+        return threshold_schedule(out, seed)
+    return dict(METHOD_SETTINGS[method])
 
 
 def run_one(out: Path, budget: dict[str, Any], method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
@@ -68,7 +109,7 @@ def run_one(out: Path, budget: dict[str, Any], method: str, seed: int, data_dir:
     record_path = out / "runs" / f"{method}-s{seed}.json"
     if record_path.is_file():
         return json.loads(record_path.read_text())
-    settings = {**budget, **METHOD_SETTINGS[method], "method": method, "seed": seed, "output_dir": str(run_dir)}
+    settings = {**budget, **method_settings(out, method, seed), "method": method, "seed": seed, "output_dir": str(run_dir)}
     if data_dir is not None:
         settings["data_dir"] = data_dir
     cmd = [sys.executable, str(ROOT / "pretrain.py")]
@@ -195,7 +236,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     out = args.out or Path("results") / args.budget
     (out / "runs").mkdir(parents=True, exist_ok=True)
     budget = BUDGETS[args.budget]
-    records = [run_one(out, budget, m, s, args.data_dir) for s in args.seeds for m in args.methods]
+    methods = [m for m in RUN_ORDER if m in args.methods]
+    records = [run_one(out, budget, m, s, args.data_dir) for s in args.seeds for m in methods]
     rows = summarise(records)
     write_summary(out, args.budget, budget, rows, records)
     plot_histories([(f"{r['method']} (seed {r['seed']})", r["history"]) for r in records if r["seed"] == args.seeds[0]],
