@@ -192,7 +192,7 @@ class DiagnosticsMeter:
         masses = values[5 + n_losses:5 + n_losses + n_masses].tolist()
         counts = values[5 + n_losses + n_masses:]
         if batches == 0:
-            raise ValueError("DiagnosticsMeter: no batch was measured; feed it at least one batch with update().")
+            raise ValueError("DiagnosticsMeter: summarised before any update(); feed it at least one batch first.")
         out = {"assumption_fraction": holds / eligible if eligible else math.nan}
         out.update({f"loss_{k}": v / batches for k, v in zip(self.LOSSES, losses)})
         out["lemma_held_fraction"] = held / batches
