@@ -2,7 +2,7 @@
 
     python recipes/reproduce.py --budget cpu-cifar10-10k --data_dir ../shared/data/cifar10
     python recipes/reproduce.py --budget cpu-tinyimagenet-20k --data_dir ../shared/data/tinyimagenet --seeds 0
-    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only     # tables and figures from the run files
+    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only --readme README.md  # from the run files
     python recipes/reproduce.py --budget gpu-cifar10 --data_dir ../shared/data/cifar10 --seeds 0
 
 Each run is `recipes/pretrain.py` in its own process under `<out>/runs/<method>-s<seed>/`; a
@@ -29,7 +29,7 @@ import torch
 from hscl_zoo.losses import LOSS_NAMES
 from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, method_settings
 from hscl_zoo.reproduction.figures import plot_histories
-from hscl_zoo.reproduction.report import render_markdown, write_csv
+from hscl_zoo.reproduction.report import quote_in_readme, render_markdown, write_csv
 from hscl_zoo.reproduction.summary import NAMES, by_method
 
 PRETRAIN = Path(__file__).resolve().parent / "pretrain.py"
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out", type=Path, help="results folder (default: results/<budget>)")
     parser.add_argument("--summary-only", action="store_true",
                         help="train nothing: rewrite the summary and figures from the finished runs/*.json")
+    parser.add_argument("--readme", type=Path,
+                        help="also rewrite this README's <!-- results:BUDGET --> block with the summary's table and verdicts")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out or Path("results") / args.budget
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -123,6 +125,11 @@ def main(argv: list[str] | None = None) -> str:
             for method in (m for m in RUN_ORDER if m in args.methods):
                 run_one(out, budget, method, seed, args.data_dir)
     text = summarise(out, budget)
+    if args.readme is not None:
+        try:
+            args.readme.write_text(quote_in_readme(args.readme.read_text(), budget.name, text))
+        except ValueError as error:
+            raise SystemExit(f"error: {args.readme}: {error}") from error
     print(text)
     return text
 

@@ -38,6 +38,26 @@ def _threshold(row: dict[str, Any]) -> str:
     return text + (" (keeps every negative: SCL under another name)" if row["keeps_every_negative"] else "")
 
 
+RESULTS_BEGIN, RESULTS_END = "<!-- results -->", "<!-- /results -->"
+
+
+def results_block(summary_text: str) -> str:
+    """The table and the verdicts of a summary.md (what the README quotes), markers excluded."""
+    start, end = summary_text.index(RESULTS_BEGIN), summary_text.index(RESULTS_END)
+    return summary_text[start + len(RESULTS_BEGIN):end].strip("\n") + "\n"
+
+
+def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:
+    """`readme` with the block between `<!-- results:BUDGET -->` and `<!-- /results:BUDGET -->`
+    replaced by the summary's results block; a ValueError if the markers are missing."""
+    begin, end = f"<!-- results:{budget} -->", f"<!-- /results:{budget} -->"
+    if begin not in readme or end not in readme:
+        raise ValueError(f"the README has no {begin} ... {end} block to quote {budget}'s results in; add the two markers.")
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{results_block(summary_text)}{end}{tail}"
+
+
 def render_markdown(name: str, description: str, settings: dict[str, Any], records: list[Record],
                     paper_top1: dict[str, float]) -> str:
     """The whole summary.md of one budget."""
@@ -49,6 +69,7 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
     counts = ", ".join(f"{NAMES[r['method']]} {r['seeds']}" for r in rows)
     text.write(f"Hardware: {'; '.join(hardware)}. Runs: {len(records)} (seeds per method: {counts}). ")
     text.write(f"Training time: {sum(r['train_seconds'] for r in records) / 60:.1f} min in all.\n\n")
+    text.write(RESULTS_BEGIN + "\n")
     text.write("| method | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | paper top-1 (%) | "
                "minus SCL, paired [95% CI] | minus UCL, paired [95% CI] | epochs to SCL's final kNN | "
                "Assumption 1 first -> last (min) | H-SCL(tau) threshold | train min/run | views/s after epoch 1 |\n")
@@ -68,9 +89,10 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
         if r["trains_as"] is not None:
             text.write(f"\n**{NAMES[r['method']]} is {NAMES[r['trains_as']]} in disguise at this budget:** its training "
                        f"loss equals {NAMES[r['trains_as']]}'s to {SAME_LOSS:g} at every epoch of every shared seed.\n")
-    text.write("\n## The paper's claims\n\n")
+    text.write("\n### The paper's claims\n\n")
     for v in verdicts(records):
         text.write(f"* **{v.claim}: {v.verdict}.** {v.evidence}\n")
+    text.write(RESULTS_END + "\n")
     text.write(_threshold_table(records))
     text.write(
         "\n## How to read it\n\n"
