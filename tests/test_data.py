@@ -205,3 +205,12 @@ def test_hub_unreachable_points_to_data_dir(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
     with pytest.raises(RuntimeError, match="data_dir="):
         load_splits("stl10")
+
+
+def test_full_test_keeps_the_whole_test_split_with_a_training_subset():
+    whole = load_splits("digits")
+    small = load_splits("digits", subset=200, seed=3)
+    full = load_splits("digits", subset=200, seed=3, full_test=True)
+    assert len(full.train) == len(small.train) == 200
+    assert full.train["label"] == small.train["label"]
+    assert len(full.test) == len(whole.test) > len(small.test)

@@ -54,6 +54,7 @@ def load_splits(
     *,
     subset: int | None = None,
     seed: int = 0,
+    full_test: bool = False,
 ) -> LoadedData:
     """Load the train and test splits of dataset ``name`` in the internal form.
 
@@ -68,6 +69,8 @@ def load_splits(
         subset: if given, keep a class-balanced, seeded subset of this many train rows and the
             same fraction of the test rows (see :func:`balanced_subset`), for CPU-budget runs.
         seed: seed of the subset draw.
+        full_test: with ``subset``, keep the whole test split instead of the same fraction of it
+            (a small training budget evaluated on the full test set).
 
     Returns:
         :class:`LoadedData` with ``train``/``test`` tables (columns ``image`` and ``label``),
@@ -95,9 +98,9 @@ def load_splits(
         test = load_split(name, spec.test_split, data_dir)
     class_names = list(train.features[INTERNAL_LABEL].names)
     if subset is not None:
-        test_rows = _proportional_test_size(subset, len(train), len(test))
+        if not full_test:
+            test = balanced_subset(test, _proportional_test_size(subset, len(train), len(test)), seed=seed)
         train = balanced_subset(train, subset, seed=seed)
-        test = balanced_subset(test, test_rows, seed=seed)
     return LoadedData(train=train, test=test, class_names=class_names, spec=spec)
 
 

@@ -117,9 +117,46 @@ def _local_loss(loss: ContrastiveLoss, features: Tensor, labels: Tensor) -> Tens
     return pair_sum / count.clamp_min(1)
 
 
+NEGATIVE_COSINE_BINS = 200
+NEGATIVE_COSINE_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+
+
+@torch.no_grad()
+def negative_cosines(features: Tensor, labels: Tensor) -> Tensor:
+    """Cosine similarities of every (anchor, other-label negative) pair in the batch, flattened:
+    the distribution a threshold l of H-SCL(tau) cuts (it keeps the pairs with cosine >= l)."""
+    labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
+    B, V, d = features.shape
+    z = normalized(features.detach(), loss_name="diagnostics").reshape(B * V, d)
+    sets = pair_sets(B, V, B, 0, labels, device=features.device)
+    return (z @ z.T)[sets.other_labels]
+
+
+def histogram_quantile(counts: Tensor, q: float) -> float:
+    """The q-quantile of values binned by `counts` into equal bins over [-1, 1], linear within a bin."""
+    total = float(counts.sum())
+    if total == 0:
+        return math.nan
+    cumulative = torch.cumsum(counts.double(), 0)
+    target = q * total
+    index = int(torch.searchsorted(cumulative, torch.tensor(target, dtype=torch.float64)).clamp_max(len(counts) - 1))
+    below = float(cumulative[index - 1]) if index > 0 else 0.0
+    inside = float(counts[index]) or 1.0
+    width = 2.0 / len(counts)
+    return -1.0 + width * (index + (target - below) / inside)
+
+
 class DiagnosticsMeter:
-    """Averages the diagnostics over an epoch: Assumption 1 over all eligible anchors seen,
-    the Lemma 1 losses over batches. `update` per batch, `compute` at the end, `reset` to reuse."""
+    """Averages the diagnostics over an epoch: Assumption 1 over all eligible anchors seen, the
+    Lemma 1 losses and the Proposition 2 masses over batches, and the distribution of
+    other-label negative cosines (a histogram, and for a threshold the fraction it keeps).
+
+    `update` per batch; `state()` is one float64 tensor of sums, so that processes pool their
+    meters with a single all-reduce (sum) before `summarise(state)`; `compute()` does both locally.
+    """
+
+    LOSSES = ("ucl", "scl", "hucl", "hscl")
+    MASSES = ("hucl", "hscl", "hcol")
 
     def __init__(
         self,
@@ -129,7 +166,7 @@ class DiagnosticsMeter:
         threshold: float | None = None,
         hardening: HardeningFn | None = None,
     ) -> None:
-        _hardening(temperature, beta, threshold, hardening)
+        self.eta = _hardening(temperature, beta, threshold, hardening)
         self.temperature, self.beta, self.threshold, self.hardening = temperature, beta, threshold, hardening
         self.reset()
 
@@ -137,25 +174,63 @@ class DiagnosticsMeter:
         self.holds = 0
         self.eligible = 0
         self.batches = 0
-        self.loss_sums = {"ucl": 0.0, "scl": 0.0, "hucl": 0.0, "hscl": 0.0}
+        self.loss_sums = dict.fromkeys(self.LOSSES, 0.0)
+        self.mass_sums = dict.fromkeys(self.MASSES, 0.0)
         self.lemma_batches_held = 0
+        self.negatives_kept = 0
+        self.cosine_counts = torch.zeros(NEGATIVE_COSINE_BINS, dtype=torch.float64)
 
     def update(self, features: Tensor, labels: Tensor) -> None:
         kw = dict(temperature=self.temperature, beta=self.beta, threshold=self.threshold, hardening=self.hardening)
         holds, eligible = assumption_counts(features, labels, **kw)
         losses = lemma_losses(features, labels, **kw)
+        masses = negative_masses(features, labels, self.eta, temperature=self.temperature)
+        cosines = negative_cosines(features, labels).float().clamp(-1.0, 1.0)
         self.holds += holds
         self.eligible += eligible
         self.batches += 1
         self.lemma_batches_held += int(losses["hscl"] <= losses["hucl"])
         for key, value in losses.items():
             self.loss_sums[key] += value
+        for key, value in masses.items():
+            self.mass_sums[key] += float(value.mean())
+        self.cosine_counts += torch.histc(cosines, bins=NEGATIVE_COSINE_BINS, min=-1.0, max=1.0).double().cpu()
+        if (level := self.threshold_level) is not None:
+            self.negatives_kept += int((cosines >= level).sum())
+
+    @property
+    def threshold_level(self) -> float | None:
+        """The cosine level a threshold hardening cuts at (None for other hardening functions)."""
+        return self.threshold if self.threshold is not None else getattr(self.eta, "current_level", None)
+
+    def state(self) -> Tensor:
+        """Every running sum in one float64 tensor (sum it over processes, then `summarise`)."""
+        scalars = [self.holds, self.eligible, self.batches, self.lemma_batches_held, self.negatives_kept,
+                   *self.loss_sums.values(), *self.mass_sums.values()]
+        return torch.cat([torch.tensor(scalars, dtype=torch.float64), self.cosine_counts])
+
+    def summarise(self, state: Tensor) -> dict[str, float]:
+        """The epoch's record from a (pooled) `state()`: assumption_fraction, loss_ucl/scl/hucl/hscl
+        and mass_hucl/hscl/hcol (batch means), lemma_held_fraction, neg_cos_qNN (quantiles of the
+        other-label negative cosines) and, with a threshold, threshold_kept_fraction."""
+        values = state.double().cpu()
+        holds, eligible, batches, held, kept = values[:5].tolist()
+        n_losses, n_masses = len(self.LOSSES), len(self.MASSES)
+        losses = values[5:5 + n_losses].tolist()
+        masses = values[5 + n_losses:5 + n_losses + n_masses].tolist()
+        counts = values[5 + n_losses + n_masses:]
+        if batches == 0:
+            raise ValueError("DiagnosticsMeter: summarised before any update(); feed it at least one batch first.")
+        out = {"assumption_fraction": holds / eligible if eligible else math.nan}
+        out.update({f"loss_{k}": v / batches for k, v in zip(self.LOSSES, losses)})
+        out["lemma_held_fraction"] = held / batches
+        out.update({f"mass_{k}": v / batches for k, v in zip(self.MASSES, masses)})
+        out.update({f"neg_cos_q{round(100 * q):02d}": histogram_quantile(counts, q) for q in NEGATIVE_COSINE_QUANTILES})
+        if self.threshold_level is not None:
+            total = float(counts.sum())
+            out["threshold_kept_fraction"] = kept / total if total else math.nan
+        return out
 
     def compute(self) -> dict[str, float]:
-        """assumption_fraction, loss_ucl/scl/hucl/hscl (batch means), lemma_held_fraction."""
-        if self.batches == 0:
-            raise ValueError("DiagnosticsMeter.compute() called before any update(); feed it at least one batch.")
-        out = {"assumption_fraction": self.holds / self.eligible if self.eligible else math.nan}
-        out.update({f"loss_{k}": v / self.batches for k, v in self.loss_sums.items()})
-        out["lemma_held_fraction"] = self.lemma_batches_held / self.batches
-        return out
+        """This process's record (see `summarise`)."""
+        return self.summarise(self.state())

@@ -34,6 +34,7 @@ class PretrainConfig:
     dataset: str = "digits"
     data_dir: str | None = None
     subset: int | None = None  # class-balanced number of training images (None: all)
+    full_test: bool = False  # with subset: keep the whole test split (else the same fraction of it)
     views: int = 2
     label_positive_pairing: bool = False  # draw later views from other images of the same class
     # model
@@ -67,6 +68,7 @@ class PretrainConfig:
     # monitoring and evaluation
     knn_k: int = 20
     monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
+    monitor_test_size: int | None = None  # class-balanced test images it classifies (None: all)
     diagnostics: bool = True
     diagnostics_every: int = 1  # batches between diagnostics updates (each one syncs the device)
     probe_epochs: int = 100
@@ -107,6 +109,9 @@ class PretrainConfig:
             raise ValueError(f"positives={self.positives!r}: use 'views', 'labels' or leave it unset.")
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature} must be > 0 (the paper uses 0.5).")
+        for key in ("monitor_train_size", "monitor_test_size"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} must be a positive number of images, or unset for all.")
         if self.subset is not None and self.subset < 1:
             raise ValueError(f"subset={self.subset} must be a positive number of images, or unset for all.")
 

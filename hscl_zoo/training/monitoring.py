@@ -38,13 +38,17 @@ def monitor_split(train: datasets.Dataset, cfg: PretrainConfig) -> datasets.Data
 
 
 def monitor_knn(encoder: ContrastiveEncoder, data: LoadedData, cfg: PretrainConfig, device: torch.device) -> float:
-    """kNN top-1 on the test split from `monitor_split` of the training split (the per-epoch monitor)."""
+    """kNN top-1 on `monitor_test_size` class-balanced test images (all by default), from
+    `monitor_split` of the training split: the per-epoch monitor."""
     train = monitor_split(data.train, cfg)
+    test = data.test
+    if cfg.monitor_test_size is not None and len(test) > cfg.monitor_test_size:
+        test = balanced_subset(test, cfg.monitor_test_size, seed=cfg.seed)
     was_training = encoder.training
     encoder.eval()
     try:
         train_f, train_y = extract_features(encoder.encode, train, encoder.transform, device=device, progress=False)
-        test_f, test_y = extract_features(encoder.encode, data.test, encoder.transform, device=device, progress=False)
+        test_f, test_y = extract_features(encoder.encode, test, encoder.transform, device=device, progress=False)
     finally:
         encoder.train(was_training)
     return knn_top1(train_f, train_y, test_f, test_y, k=cfg.knn_k)
@@ -59,15 +63,5 @@ def rewrite_metrics_upto(path: Path, epoch: int) -> None:
 
 
 def reduce_diagnostics(accelerator: Accelerator, meter: DiagnosticsMeter) -> dict[str, float]:
-    """Pool the per-process diagnostics: anchor counts add up, batch losses average."""
-    sums = torch.tensor(
-        [meter.holds, meter.eligible, meter.batches, meter.lemma_batches_held, *meter.loss_sums.values()],
-        dtype=torch.float64,
-        device=accelerator.device,
-    )
-    sums = accelerator.reduce(sums, reduction="sum")
-    holds, eligible, batches, held, *losses = sums.tolist()
-    out = {"assumption_fraction": holds / eligible if eligible else float("nan")}
-    out.update({f"loss_{k}": v / max(batches, 1) for k, v in zip(meter.loss_sums, losses)})
-    out["lemma_held_fraction"] = held / max(batches, 1)
-    return out
+    """Pool the per-process diagnostics with one all-reduce of the meter's summed state."""
+    return meter.summarise(accelerator.reduce(meter.state().to(accelerator.device), reduction="sum"))

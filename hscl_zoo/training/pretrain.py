@@ -144,7 +144,7 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     if cfg.batch_size % world:
         raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
 
-    data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed)
+    data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test)
     if cfg.batch_size > len(data.train):
         raise SystemExit(
             f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
@@ -203,7 +203,9 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         record = train_epoch(cfg, epoch, accelerator, loader, augment, forward, optimizer, loss_fn,
                              channels_last=fast["channels_last"])
         if accelerator.is_main_process:
+            monitor_started = time.perf_counter()
             record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
+            record["monitor_seconds"] = time.perf_counter() - monitor_started
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
