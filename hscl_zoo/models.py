@@ -293,6 +293,31 @@ class ContrastiveEncoder(nn.Module):
             **extra,
         )
 
+    @classmethod
+    def from_pretrained(cls, source: Any, **kwargs: Any) -> ContrastiveEncoder:
+        """The Hugging Face spelling of ``hscl_zoo.load(source, **kwargs)``: a zoo name,
+        ``hf-hub:owner/name[@revision]``, ``local-dir:/path`` or a folder."""
+        import hscl_zoo
+
+        return hscl_zoo.load(source, **kwargs)
+
+    def save_pretrained(self, save_directory: Any, *, training: Mapping[str, Any] | None = None) -> Any:
+        """``hscl_zoo.save_pretrained(self, save_directory)``; ``training`` defaults to the summary the
+        model was loaded with, so a loaded model saves back whole. Returns the folder."""
+        import hscl_zoo
+
+        return hscl_zoo.save_pretrained(self, save_directory,
+                                        training=self.training_summary if training is None else training)
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
+        """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,
+        revision, commit_message); ``training`` defaults as in ``save_pretrained``. Returns the
+        ``PushResult`` (commit and sha256 to pin)."""
+        import hscl_zoo
+
+        kwargs.setdefault("training", self.training_summary)
+        return hscl_zoo.push_to_hub(self, repo_id, **kwargs)
+
 
 def create_model(
     backbone: str,
