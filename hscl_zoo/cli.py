@@ -20,6 +20,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ from hscl_zoo.evaluation import EVAL_DEFAULTS, evaluate_model
 from hscl_zoo.export import OUTPUTS, export_onnx, export_timm, export_torchscript
 from hscl_zoo.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "add_eval_options", "run_eval"]
 
 PROG = "hscl-zoo"
 MODEL_HELP = ("a zoo name, hf-hub:owner/name[@revision], local-dir:/path, or a folder written by "
@@ -60,8 +61,24 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
-    result = evaluate_model(args.model, args.dataset, data_dir=args.data_dir, subset=args.subset,
+def add_eval_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hscl-zoo eval`` (and of ``recipes/linear_eval.py``), all but the model."""
+    parser.add_argument("--dataset", help=f"one of {', '.join(sorted(DATASETS))} (default: the model's training "
+                        "dataset)")
+    parser.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub)")
+    parser.add_argument("--subset", type=int, help="class-balanced number of training images")
+    parser.add_argument("--probe_epochs", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['probe_epochs']}")
+    parser.add_argument("--knn_k", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['knn_k']}")
+    parser.add_argument("--seed", type=int, help=f"subset and probe seed (default: the run's, else "
+                        f"{EVAL_DEFAULTS['seed']})")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--out", type=Path, metavar="FILE.json", help="write the results here")
+
+
+def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate ``model`` with the options of :func:`add_eval_options`, print the scores and write
+    ``--out``; returns the results."""
+    result = evaluate_model(model, args.dataset, data_dir=args.data_dir, subset=args.subset,
                             probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
                             device=_device(args.device))
     print(f"{result['dataset']}: linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%, "
@@ -70,6 +87,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
+    return result
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    run_eval(args.model, args)
     return 0
 
 
@@ -145,14 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd = _command(commands, "eval", _cmd_eval, "Linear probe + kNN of a frozen encoder (JSON out).")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
-    cmd.add_argument("--dataset", help=f"one of {', '.join(sorted(DATASETS))} (default: the model's training dataset)")
-    cmd.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub)")
-    cmd.add_argument("--subset", type=int, help="class-balanced number of training images")
-    cmd.add_argument("--probe_epochs", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['probe_epochs']}")
-    cmd.add_argument("--knn_k", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['knn_k']}")
-    cmd.add_argument("--seed", type=int, help=f"subset and probe seed (default: the run's, else {EVAL_DEFAULTS['seed']})")
-    cmd.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    cmd.add_argument("--out", type=Path, metavar="FILE.json", help="write the results here")
+    add_eval_options(cmd)
 
     cmd = _command(commands, "embed", _cmd_embed, "Encode a folder of images or a dataset split to features.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
