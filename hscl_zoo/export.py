@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,7 @@ _TIMM_STEM_LIMITATION = (
 _TIMM_CFG_KEYS = ("architecture", "first_conv", "classifier", "fixed_input_size")
 """timm pretrained_cfg keys that describe the architecture; the rest (tags, licences, URLs of
 timm's own ImageNet weights) would misdescribe exported weights."""
+_TIMM_FILES = ("config.json", "model.safetensors")
 _PREPROCESS_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
 
 
@@ -91,9 +93,9 @@ class _Graph(nn.Module):
 
     def __init__(self, encoder: ContrastiveEncoder, output: str) -> None:
         super().__init__()
-        self.encoder = copy.deepcopy(encoder).float().cpu().eval()
+        self.encoder = copy.deepcopy(encoder).float().cpu()
         self.output = _check_output(output)
-        self.train(False)
+        self.eval()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.output == "features":
@@ -209,17 +211,25 @@ def export_timm(model: ContrastiveEncoder, out_dir: str | os.PathLike[str]) -> P
         "num_classes": encoder.num_classes,
     }
     folder = Path(out_dir).expanduser()
-    save_for_hf(backbone.eval(), folder, model_config={"label_names": list(encoder.class_names)},
-                safe_serialization=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}.", dir=folder.parent) as staging:
+        save_for_hf(backbone.eval(), staging, model_config={"label_names": list(encoder.class_names)},
+                    safe_serialization=True)
+        _check_timm_folder(encoder, Path(staging))
+        folder.mkdir(exist_ok=True)
+        for name in _TIMM_FILES:
+            os.replace(Path(staging) / name, folder / name)
+    return folder
 
+
+def _check_timm_folder(encoder: ContrastiveEncoder, folder: Path) -> None:
     reloaded = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
     reference = copy.deepcopy(encoder).float().cpu().eval()
     images = _example_batch(encoder, 3, seed=0)
     with torch.no_grad():
-        _check_close("The timm folder's pooled features", reloaded.forward_head(reloaded.forward_features(images),
-                     pre_logits=True), reference.encode(images), 1e-5)
+        pooled = reloaded.forward_head(reloaded.forward_features(images), pre_logits=True)
+        _check_close("The timm folder's pooled features", pooled, reference.encode(images), 1e-5)
         _check_close("The timm folder's logits", reloaded(images), reference(images), 1e-5)
-    return folder
 
 
 def _require_onnx(check: bool) -> None:
