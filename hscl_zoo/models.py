@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import timm
 import torch
@@ -20,6 +21,9 @@ from timm.models.resnet import ResNet
 from torch import nn
 
 from hscl_zoo.augment import eval_transform
+
+if TYPE_CHECKING:
+    from hscl_zoo.hub import PushResult
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
 
@@ -301,7 +305,7 @@ class ContrastiveEncoder(nn.Module):
 
         return hscl_zoo.load(source, **kwargs)
 
-    def save_pretrained(self, save_directory: Any, *, training: Mapping[str, Any] | None = None) -> Any:
+    def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None) -> Path:
         """``hscl_zoo.save_pretrained(self, save_directory)``; ``training`` defaults to the summary the
         model was loaded with, so a loaded model saves back whole. Returns the folder."""
         import hscl_zoo
@@ -309,7 +313,7 @@ class ContrastiveEncoder(nn.Module):
         return hscl_zoo.save_pretrained(self, save_directory,
                                         training=self.training_summary if training is None else training)
 
-    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> PushResult:
         """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,
         revision, commit_message); ``training`` defaults as in ``save_pretrained``. Returns the
         ``PushResult`` (commit and sha256 to pin)."""
