@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import timm
 import torch
@@ -21,6 +22,9 @@ from timm.models.resnet import ResNet
 from torch import nn
 
 from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS, eval_transform
+
+if TYPE_CHECKING:
+    from hscl_zoo.zoo.saving import PushResult
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
 
@@ -301,6 +305,30 @@ class ContrastiveEncoder(nn.Module):
             crop_mode=pretrained_cfg.get("crop_mode", "center"),
             **extra,
         )
+
+    @classmethod
+    def from_pretrained(cls, source: Any, **kwargs: Any) -> ContrastiveEncoder:
+        """The Hugging Face spelling of ``hscl_zoo.load(source, **kwargs)``: a zoo name,
+        ``hf-hub:owner/name[@revision]``, ``local-dir:/path`` or a folder."""
+        from hscl_zoo.zoo.hub import load
+
+        return load(source, **kwargs)
+
+    def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None) -> Path:
+        """``hscl_zoo.save_pretrained(self, save_directory)``; ``training`` defaults to the summary the
+        model was loaded with, so a loaded model saves back whole. Returns the folder."""
+        from hscl_zoo.zoo.saving import save_pretrained
+
+        return save_pretrained(self, save_directory, training=self.training_summary if training is None else training)
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> PushResult:
+        """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,
+        revision, commit_message); ``training`` defaults as in ``save_pretrained``. Returns the
+        ``PushResult`` (commit and sha256 to pin)."""
+        from hscl_zoo.zoo.saving import push_to_hub
+
+        kwargs.setdefault("training", self.training_summary)
+        return push_to_hub(self, repo_id, **kwargs)
 
 
 class _ProjectionNetwork(nn.Module):

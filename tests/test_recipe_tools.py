@@ -269,4 +269,4 @@ def test_linear_eval_reports_a_missing_model_clearly(tmp_path: Path, capsys):
         _recipe("linear_eval").main(["--model", f"local-dir:{tmp_path}"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert "cannot load --model" in err and "lacks config.json" in err
+    assert "cannot evaluate --model" in err and "lacks config.json" in err
