@@ -16,3 +16,6 @@ from hscl_zoo.hub import load, push_to_hub, save_pretrained
 from hscl_zoo.data import DATASETS, DatasetSpec, LoadedData, load_split, load_splits
 from hscl_zoo.augment import MultiViewDataset, eval_transform, make_loader, simclr_transform
 from hscl_zoo.evaluation import ProbeResult, evaluate_encoder, extract_features, knn_top1, linear_probe
+
+# exact large-batch gradients in small memory (issue 16)
+from hscl_zoo.gradient_cache import BATCHNORM_MODES, gradient_cache_backward, prepare_batchnorm
