@@ -73,6 +73,7 @@ def gradient_cache_backward(
     *,
     chunk_size: int,
     module: nn.Module | None = None,
+    backward: Callable[[Tensor], None] | None = None,
 ) -> Tensor:
     """Accumulate into ``.grad`` the gradient of ``loss_fn(encode(all views), labels)``, chunk by chunk.
 
@@ -91,6 +92,9 @@ def gradient_cache_backward(
             Its buffers are restored after the first pass (BatchNorm running statistics change
             once), and if it is DDP (or a torch.compile of DDP) only the last chunk's backward
             all-reduces gradients.
+        backward: how the loss is back-propagated to the embeddings; None is ``loss.backward()``.
+            Pass ``accelerator.backward`` so that its fp16 loss scaling (and division by the
+            accumulation steps) reaches the embedding gradient and hence the parameters'.
 
     Returns the loss, detached: the value ``loss_fn`` returns on the whole batch. Random ops
     inside ``encode`` replay the same state of torch's CPU and CUDA generators in both passes,
@@ -138,7 +142,7 @@ def gradient_cache_backward(
     embeddings = torch.cat(outputs).requires_grad_(True)
     del outputs
     loss = loss_fn(embeddings.view(B, V, -1), labels)
-    loss.backward()
+    (backward or Tensor.backward)(loss)
     grad = embeddings.grad
     del embeddings
     end_state = _rng_state(cuda)

@@ -185,6 +185,18 @@ def test_sync_batchnorm_converts_and_in_one_process_normalises_per_chunk():
         prepare_batchnorm(plain, "global")
 
 
+def test_custom_backward_scales_the_whole_gradient():
+    """A loss-scaling backward (as accelerator.backward under fp16) scales every parameter's gradient."""
+    views = make_views()
+    ref, _ = run_both(lambda: SmallNet("group").double(), direct, views, LABELS, 5)
+    torch.manual_seed(1)
+    scaled = SmallNet("group").double()
+    loss = gradient_cache_backward(scaled, build_loss("hscl-beta"), views, LABELS, chunk_size=5,
+                                   backward=lambda value: (1024.0 * value).backward())
+    torch.testing.assert_close(loss, ref.loss, rtol=1e-12, atol=0)
+    assert_grads_close(grads(scaled), {k: 1024.0 * g for k, g in grads(ref.model).items()}, rtol=1e-10, atol=1e-12)
+
+
 def test_plain_function_with_module_restores_buffers_and_needs_module():
     views = make_views()
     model = SmallNet("batch").double()
