@@ -26,3 +26,6 @@ from hscl_zoo.data.transforms import eval_transform, simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
 from hscl_zoo.data.loaders import make_loader
 from hscl_zoo.evaluation import ProbeResult, evaluate_encoder, extract_features, knn_top1, linear_probe
+
+# exact large-batch gradients in small memory
+from hscl_zoo.training.gradient_cache import BATCHNORM_MODES, gradient_cache_backward, prepare_batchnorm

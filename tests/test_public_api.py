@@ -30,6 +30,8 @@ PUBLIC_NAMES = {
     "DATASETS", "DatasetSpec", "register_dataset", "LoadedData", "load_split", "load_splits",
     "MultiViewDataset", "eval_transform", "make_loader", "simclr_transform",
     "ProbeResult", "evaluate_encoder", "extract_features", "knn_top1", "linear_probe",
+    # training with more negatives than memory
+    "BATCHNORM_MODES", "gradient_cache_backward", "prepare_batchnorm",
 }
 
 CONFIG_KEYS = [
