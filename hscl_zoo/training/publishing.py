@@ -139,7 +139,7 @@ def push_hub_folder(
     needed; the token comes from ``token``, ``HF_TOKEN`` or the CLI login)."""
     from huggingface_hub import HfApi
 
-    from hscl_zoo import __version__
+    from hscl_zoo._version import __version__
 
     check_repo_id(repo_id, repo_id)
     folder = Path(folder)
