@@ -10,7 +10,7 @@ For each thread count and batch size B (V = 2 views, d dims, random unit feature
 * `official` at every beta, only with `--official-repo PATH`: the official repository's own
   `nce_supervised_hard`, loaded from a local copy by `benchmarks/official_repo.py` (which says
   exactly what is changed: on the CPU its `.cuda()` calls are removed, nothing else);
-* `loop-reference`: the plain-loop reference of the tests (`tests/reference_losses.py`) as
+* `loop-reference`: the plain-loop reference of the tests (`hscl_zoo.losses.reference`) as
   H-SCL(beta = 1), very slow, so only up to `--reference-max-batch` (never on CUDA by default);
 * `floor`: the bare similarity matmul plus one logsumexp.
 
@@ -43,18 +43,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from official_repo import TEMPERATURE as OFFICIAL_TEMPERATURE  # benchmarks/, the script's own folder
+from official_repo import load_official_loss
+from official_style import official_style_hscl_beta
+from provenance import git_commit, machine, utc_now
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from official_repo import TEMPERATURE as OFFICIAL_TEMPERATURE  # noqa: E402
-from official_repo import load_official_loss  # noqa: E402
-from official_style import official_style_hscl_beta  # noqa: E402
-from provenance import git_commit, machine, utc_now  # noqa: E402
-from reference_losses import exp_tilt, reference_loss  # noqa: E402
-
-from hscl_zoo import LOSS_NAMES, build_loss  # noqa: E402
+from hscl_zoo import LOSS_NAMES, build_loss
+from hscl_zoo.losses.reference import exp_tilt, reference_loss
 
 warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True to a scalar")
 

@@ -12,7 +12,7 @@ Three modes, each printing markdown tables of medians (ratios come from the same
   contiguous, eager, unfused Adam) and, when any option flag is given, "fast" with those
   options. Peak device memory per stage on CUDA (torch.cuda.max_memory_allocated).
 * ``--augment-bench``: the augmentation alone, uint8 batch -> normalised views: our batched torch
-  ops (hscl_zoo.gpu_augment), kornia.augmentation, and the CPU per-image pipeline (one process).
+  ops (hscl_zoo.data.device_augment), kornia.augmentation, and the CPU per-image pipeline (one process).
 * ``--loss-memory``: peak memory of one loss forward + backward at N = 2 x {512, 1024, 2048, 4096}
   views (d = 128), for each loss. CUDA: torch.cuda.max_memory_allocated above the inputs. CPU:
   the growth of the process's peak resident set (VmHWM, reset through /proc/self/clear_refs)
@@ -51,18 +51,20 @@ from typing import Any
 import numpy as np
 import torch
 
+import datasets
+from PIL import Image
+
+import hscl_zoo
+from hscl_zoo.data.catalog import DatasetSpec, get_spec
+from hscl_zoo.data.datasets import load_split
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.loaders import make_loader
+from hscl_zoo.data.raw_images import RawImageDataset
+from hscl_zoo.data.transforms import simclr_transform
+from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.losses.methods import LOSS_NAMES
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "recipes"))
-
-import datasets  # noqa: E402
-from PIL import Image  # noqa: E402
-
-import hscl_zoo  # noqa: E402
-from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform  # noqa: E402
-from hscl_zoo.data import DatasetSpec, get_spec, load_split  # noqa: E402
-from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset  # noqa: E402
-from hscl_zoo.losses import LOSS_NAMES  # noqa: E402
-from pretrain import ProjectionModel  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*pin_memory.*")
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "cifar10"
@@ -184,7 +186,7 @@ def make_pipeline(cfg: Config, train: datasets.Dataset, spec: DatasetSpec, args:
 def make_step(cfg: Config, backbone: str, stem: str, loss_name: str, args: argparse.Namespace,
               device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:
     encoder = hscl_zoo.create_model(backbone, num_classes=NUM_CLASSES, image_size=32, small_stem=stem == "small")
-    model = ProjectionModel(encoder).to(device)
+    model = encoder.projection_network().to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-6, fused=cfg.fused_optim or None)
@@ -298,7 +300,7 @@ def augment_bench(train, spec, args, device) -> list[dict[str, Any]]:
             for _ in range(args.views):
                 cpu_transform(image)
 
-    methods = {"torch (hscl_zoo.gpu_augment)": lambda: ours(images), f"kornia {kornia.__version__}": kornia_call,
+    methods = {"torch (hscl_zoo.data.device_augment)": lambda: ours(images), f"kornia {kornia.__version__}": kornia_call,
                "CPU per-image pipeline, 1 process": cpu_call}
     times: dict[str, list[float]] = {name: [] for name in methods}
     for fn in methods.values():  # warm-up

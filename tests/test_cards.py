@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hscl_zoo import cards
-from hscl_zoo.cards import render_card
 from hscl_zoo.models import create_model
-from hscl_zoo.registry import info, list_models
+from hscl_zoo.zoo import cards
+from hscl_zoo.zoo.cards import render_card
+from hscl_zoo.zoo.registry import info, list_models
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ROOT / "model_cards"
 TRAINING = {
     "dataset": "cifar100", "method": "hscl-beta", "hyperparameters": {"beta": 1.0, "temperature": 0.5, "lr": 0.001},
     "epochs": 200, "global_batch_size": 512, "expected_negatives_per_anchor": 1020,
-    "config": "recipes/configs/cifar100-hscl-beta.yaml",
+    "config": "recipes/configs/hscl-beta-cifar100.yaml",
 }
 
 
@@ -37,7 +37,7 @@ def trained_config():
 
 def test_checked_in_cards_equal_regenerated_ones():
     assert sorted(p.stem for p in CARDS.glob("*.md")) == list_models()
-    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.cards --out model_cards"
+    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.zoo.cards --out model_cards"
 
 
 def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
@@ -53,7 +53,7 @@ def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
     ])
     assert cards.main(["--out", str(out), "--check"]) == 1
     stderr = capsys.readouterr().err
-    assert "out of date" in stderr and f"python -m hscl_zoo.cards --out {out}" in stderr
+    assert "out of date" in stderr and f"python -m hscl_zoo.zoo.cards --out {out}" in stderr
     assert cards.main(["--out", str(out)]) == 0
     assert cards.check_cards(out) == [f"not a zoo name: {out / 'simclr-cifar10.md'}"]
 
@@ -77,9 +77,9 @@ def test_checked_in_card_states_its_dataset_config_and_stem(name):
     assert f"# {name}\n" in card and f"`hscl-zoo/{name}`" in card
     assert f"# (1, {CLASSES[dataset]}) class probabilities" in card
     assert f"{CLASSES[dataset]} classes at {PIXELS[dataset]}x{PIXELS[dataset]} pixels" in card
-    config_path = ROOT / "recipes" / "configs" / f"{dataset}-{method}.yaml"
+    config_path = ROOT / "recipes" / "configs" / f"{name}.yaml"
     config = yaml.safe_load(config_path.read_text())
-    assert f"`recipes/configs/{dataset}-{method}.yaml`" in card
+    assert f"`recipes/configs/{name}.yaml`" in card
     assert (config["dataset"], config["method"], config["backbone"]) == (dataset, method, "resnet50")
     assert ("uses timm's default ResNet stem" in card) == (config["stem"] == "default")
 
@@ -114,7 +114,7 @@ def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
     assert "| this model | 75.30 |" in card and "| paper, Table 1 | 75.11 |" in card
     assert "| negatives per anchor (expected from the batch size) | 1020 |" in card and "| `beta` | 1 |" in card
     assert "| mean | 0.5070, 0.4865, 0.4409 |" in card and "| input size | 3 x 32 x 32 |" in card
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in card
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in card
     assert "Weights not published yet" not in card
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from hscl_zoo.config import PretrainConfig, parse_overrides
+from hscl_zoo.training.config import PretrainConfig, parse_overrides
 
 
 def test_command_line_values_keep_their_types():

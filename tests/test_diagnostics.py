@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from hscl_zoo import DiagnosticsMeter, assumption_fraction, build_loss, lemma_losses
-from hscl_zoo.diagnostics import negative_masses
-from hscl_zoo.hardening import ExponentialTilt, Threshold
-from reference_losses import exp_tilt, reference_loss
+from hscl_zoo.losses.diagnostics import negative_masses
+from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
+from hscl_zoo.losses.reference import exp_tilt, reference_loss
 
 
 def clustered(B=24, V=2, d=8, classes=4, spread=0.3, seed=0):

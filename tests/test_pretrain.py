@@ -1,4 +1,5 @@
-"""recipes/pretrain.py end to end: real `accelerate launch`, resume after a kill, two processes, bad input."""
+"""recipes/pretrain.py (the loop in hscl_zoo.training.pretrain) end to end: real `accelerate launch`, resume
+after a kill, two processes, bad input."""
 
 import hashlib
 import importlib.util
@@ -16,10 +17,14 @@ from accelerate.utils import set_seed
 from safetensors.torch import load_file
 
 import hscl_zoo
-from hscl_zoo.augment import MultiViewDataset, make_loader, simclr_transform
-from hscl_zoo.config import PretrainConfig
-from hscl_zoo.data import load_splits
-from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset
+from hscl_zoo.data.datasets import load_splits
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.loaders import make_loader
+from hscl_zoo.data.raw_images import RawImageDataset
+from hscl_zoo.data.transforms import simclr_transform
+from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.training import PretrainConfig
+from hscl_zoo.training.monitoring import monitor_split
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "pretrain.py"
@@ -211,7 +216,7 @@ def test_existing_run_is_refused_and_untouched(recipe, tmp_path, capsys):
 def test_resume_with_changed_settings_is_refused(recipe, tmp_path, capsys):
     run = tmp_path / "r"
     run.mkdir()
-    (run / "config.json").write_text(hscl_zoo.config.PretrainConfig(output_dir=str(run)).to_json())
+    (run / "config.json").write_text(PretrainConfig(output_dir=str(run)).to_json())
     message = run_main(recipe, ["--output_dir", str(run), "--resume", "--lr", "0.5"], capsys)
     assert "lr" in message and "saved config" in message
 
@@ -247,9 +252,9 @@ def test_fast_path_options_train_like_the_plain_path(recipe, tmp_path):
     assert losses["fast"] != pytest.approx(losses["plain"], rel=1e-4), "the fast run must have used its own views"
 
 
-def test_knn_monitor_bank_covers_every_class_of_a_class_sorted_split(recipe, shared_data):
-    data = load_splits("cifar10", shared_data / "cifar10", subset=2000)
+def test_knn_monitor_bank_covers_every_class_of_a_class_sorted_split(shared_data):
+    data = hscl_zoo.load_splits("cifar10", shared_data / "cifar10", subset=2000)
     assert data.train["label"][:200] == [0] * 200, "the shared copy is sorted by class"
-    cfg = hscl_zoo.config.PretrainConfig(dataset="cifar10", monitor_train_size=200)
-    bank = recipe.monitor_split(data.train, cfg)
+    cfg = PretrainConfig(dataset="cifar10", monitor_train_size=200)
+    bank = monitor_split(data.train, cfg)
     assert len(bank) == 200 and sorted(set(bank["label"])) == list(range(10))

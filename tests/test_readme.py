@@ -25,7 +25,9 @@ def test_ci_runs_the_readme_test_command_verbatim():
 
 
 def test_paths_the_readme_names_exist():
-    for path in re.findall(r"\b(recipes/[\w/.-]+\.(?:py|yaml)|benchmarks/\w+\.py|hscl_zoo/\w+\.py)", README):
+    named = re.findall(r"\b(recipes/[\w/.-]+\.(?:py|yaml)|benchmarks/\w+\.py|hscl_zoo/[\w/]+\.py|docs/\w+\.md)", README)
+    assert "docs/losses.md" in named and "hscl_zoo/losses/fused.py" in named
+    for path in named:
         assert (ROOT / path).exists(), path
 
 

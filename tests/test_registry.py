@@ -3,7 +3,6 @@ published entry (weights in a Hub cache, pinned commit and sha256) loaded by its
 
 import dataclasses
 import re
-from types import MappingProxyType
 
 import pytest
 import torch
@@ -12,10 +11,10 @@ from huggingface_hub.utils import validate_repo_id
 from safetensors.torch import load_file
 
 import hscl_zoo
-from hscl_zoo import registry
-from hscl_zoo.hub import ChecksumMismatchError, save_pretrained, sha256_file
-from hscl_zoo.models import create_model
-from hscl_zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.zoo import registry
+from hscl_zoo.zoo.hub import ChecksumMismatchError, sha256_file
+from hscl_zoo.zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.zoo.saving import save_pretrained
 from test_hub import make_hub_cache
 
 PUBLISHED_NAME = "scl-cifar10"
@@ -46,18 +45,23 @@ def test_wildcards(pattern, expected):
 def published(monkeypatch, tmp_path):
     """One zoo entry published for real: a model saved by save_pretrained, laid out in a Hub cache
     under the entry's repo at a pinned commit, and its line (commit, sha256, metrics) in the
-    registry's _PUBLISHED table, from which the entries are rebuilt. Offline mode is on."""
+    registry's _PUBLISHED table, from which its entry is rebuilt and registered (the original is
+    put back afterwards). Offline mode is on."""
     torch.manual_seed(0)
-    model = create_model("resnet10t", num_classes=10, image_size=32).eval()
+    model = hscl_zoo.create_model("resnet10t", num_classes=10, image_size=32).eval()
     folder = save_pretrained(model, tmp_path / "weights")
     cache = tmp_path / "hub-cache"
     make_hub_cache(cache, f"{registry.HUB_ORG}/{PUBLISHED_NAME}", folder, PINNED)
     sha256 = sha256_file(folder / "model.safetensors")
     monkeypatch.setitem(registry._PUBLISHED, PUBLISHED_NAME, (PINNED, sha256, {"top1": 12.5}))
-    monkeypatch.setattr(registry, "_ENTRIES", MappingProxyType(registry._build_entries()))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return model, cache
+    original = info(PUBLISHED_NAME)
+    registry.register_model(registry.paper_entry(original.method, original.dataset), replace=True)
+    try:
+        yield model, cache
+    finally:
+        registry.register_model(original, replace=True)
 
 
 def test_published_only_lists_exactly_the_published_entries(published):
@@ -80,7 +84,7 @@ def test_bad_pattern_is_an_error():
 def test_entry_is_consistent(name):
     entry = info(name)
     assert entry.name == f"{entry.method}-{entry.dataset}" == name
-    assert entry.config == f"recipes/configs/{entry.dataset}-{entry.method}.yaml"
+    assert entry.config == f"recipes/configs/{name}.yaml"
     assert entry.hub_repo == f"hscl-zoo/{name}"
     validate_repo_id(entry.hub_repo)
     assert entry.backbone == "resnet50"
@@ -116,7 +120,7 @@ def test_unknown_name_lists_closest():
 def test_summary_shows_publication_status():
     text = str(info("hscl-beta-cifar100"))
     assert "hscl-zoo/hscl-beta-cifar100" in text and "75.11" in text
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in text
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in text
     published = dataclasses.replace(info("hscl-beta-cifar100"), revision="a" * 40, sha256="b" * 64,
                                     metrics={"top1": 74.9})
     text = str(published)
@@ -171,3 +175,25 @@ def test_published_name_loads_the_pinned_weights_and_checks_their_sha256(publish
         with pytest.raises(ChecksumMismatchError, match=f"{entry.sha256}"):
             hscl_zoo.load(source, cache_dir=cache)
     hscl_zoo.load(f"hf-hub:{entry.hub_repo}", cache_dir=cache)  # not the pinned revision: no checksum to check
+
+
+def test_an_entry_outside_the_paper_grid_carries_its_own_backbone():
+    from hscl_zoo.zoo.cards import render_card
+    from hscl_zoo.zoo.hub import WeightsNotPublishedError
+
+    entry = ZooEntry(name="scl-cifar10-resnet18", method="scl", dataset="cifar10", backbone="resnet18",
+                     hub_repo="hscl-zoo/scl-cifar10-resnet18", config=registry.config_path("scl-cifar10-resnet18"))
+    registry.register_model(entry)
+    try:
+        assert "scl-cifar10-resnet18" in list_models("scl-cifar10*") and info("scl-cifar10-resnet18") is entry
+        assert info("scl-cifar10").backbone == "resnet50"  # the paper's grid is untouched
+        assert "A `resnet18` image encoder" in render_card(entry)
+        with pytest.raises(WeightsNotPublishedError, match="recipes/configs/scl-cifar10-resnet18.yaml"):
+            hscl_zoo.load("scl-cifar10-resnet18")
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_model(entry)
+    finally:
+        registry._ENTRIES.remove(entry.name)
+    assert not registry.is_model("scl-cifar10-resnet18")
+    with pytest.raises(ValueError, match="backbone must name a timm model"):
+        dataclasses.replace(info("scl-cifar10"), backbone="")

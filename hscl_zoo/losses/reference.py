@@ -1,0 +1,71 @@
+"""A plain-loop implementation of the loss contract (docs/losses.md), written from the formulas.
+
+Slow and obvious on purpose: the tests compare the vectorised losses with it, and
+benchmarks/loss_bench.py times it as the naive baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+UNSUPERVISED = ("ucl", "hucl")
+
+
+def reference_loss(
+    features: torch.Tensor,
+    labels: torch.Tensor | None,
+    *,
+    method: str,
+    positives: str,
+    temperature: float = 0.5,
+    eta: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    tau_plus: float = 0.0,
+    M: float | None = None,
+) -> torch.Tensor:
+    """Mean over (anchor, positive) pairs of log(1 + M e^{-g_ip} E_i), E_i the eta-weighted mean
+    of e^{g_ij} over anchor i's negatives. Returns a differentiable scalar."""
+    B, V, _ = features.shape
+    z = features / features.norm(dim=-1, keepdim=True)
+    image = [b for b in range(B) for _ in range(V)]
+    flat = z.reshape(B * V, -1)
+    N = B * V
+    M = N - 2 if M is None else M
+    terms = []
+    for i in range(N):
+        def same_label(j: int) -> bool:
+            return labels is not None and int(labels[image[j]]) == int(labels[image[i]])
+
+        negatives = [
+            j for j in range(N)
+            if image[j] != image[i] and (method in UNSUPERVISED or not same_label(j))
+        ]
+        positive = [
+            j for j in range(N)
+            if j != i and (image[j] == image[i] or (positives == "labels" and same_label(j)))
+        ]
+        if not negatives or not positive:
+            continue
+        g = {j: flat[i] @ flat[j] / temperature for j in negatives + positive}
+        weights = [1.0 if eta is None else eta(g[j]) for j in negatives]
+        if sum(float(w.detach()) if isinstance(w, torch.Tensor) else w for w in weights) == 0:
+            weights = [1.0] * len(negatives)
+        mean = sum(w * torch.exp(g[j]) for w, j in zip(weights, negatives)) / sum(weights)
+        for p in positive:
+            e = mean
+            if tau_plus > 0:
+                e = torch.clamp((mean - tau_plus * torch.exp(g[p])) / (1 - tau_plus), min=math.exp(-1 / temperature))
+            terms.append(torch.log(1 + M * torch.exp(-g[p]) * e))
+    if not terms:
+        return features.sum() * 0
+    return torch.stack(terms).mean()
+
+
+def exp_tilt(beta: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: torch.exp(beta * t)
+
+
+def threshold(level: float, temperature: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: (t * temperature >= level).to(t.dtype)
