@@ -176,7 +176,8 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
     hyperparameters (`METHODS[name].hyperparameters`): beta (hucl, hscl-beta; default 1.0);
     threshold (hscl-tau, or hucl instead of beta: a cosine level in [-1, 1] or a
     `LinearThresholdSchedule`; default 0.0); tau_plus (hucl debiasing, default 0); and
-    detach_weights (False, as the official code) for methods whose weights have a gradient. An
+    detach_weights (False; the official script keeps the weights' gradient for beta >= 1 and, in
+    one version of its file, detaches them for beta < 1) for methods whose weights have a gradient. An
     option that has no effect on the method is refused. For another hardening function,
     `register_method` a `MethodSpec` or construct `ContrastiveLoss`. See docs/losses.md.
     """
