@@ -133,7 +133,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
     from hscl_zoo.training.pretrain import main as pretrain_main
 
-    pretrain_main(list(settings))
+    pretrain_main(list(settings), prog=f"{PROG} train")
     return 0
 
 

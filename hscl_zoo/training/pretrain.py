@@ -63,8 +63,9 @@ UNLABELLED_HEAD = "unlabelled"
 """The one class name of the (untrained) head of an encoder trained on unlabelled images."""
 
 
-def parse_args(argv: list[str]) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
+def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
     parser = argparse.ArgumentParser(
+        prog=prog,
         description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
         epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
     )
@@ -124,18 +125,19 @@ def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.
     return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **fused_arg)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the recipe; bad settings, data or checkpoints end it with `error: ...` and exit status 1."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    """Run the recipe (``prog``: the name its --help shows); bad settings, data or checkpoints end
+    it with `error: ...` and exit status 1."""
     try:
-        return pretrain(sys.argv[1:] if argv is None else argv)
+        return pretrain(sys.argv[1:] if argv is None else argv, prog)
     except (ValueError, CheckpointError) as error:
         raise SystemExit(f"error: {error}") from error
 
 
-def pretrain(argv: list[str]) -> dict[str, Any]:
+def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     """Parse `argv` (as `recipes/pretrain.py` does), train, probe and export; returns the linear
     evaluation and ``hub_dir`` on the main process ({} elsewhere). Refusals raise SystemExit."""
-    cfg, args, overrides = parse_args(argv)
+    cfg, args, overrides = parse_args(argv, prog)
     cfg = resolve_run(cfg, args, overrides)
     run_dir = Path(cfg.output_dir)
     accelerator = Accelerator(
