@@ -17,8 +17,9 @@ A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own
 
 ``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config FILE``
 and ``--key value`` settings (``hscl-zoo train --help``). For several processes, launch the module:
-``accelerate launch --num_processes 2 -m hscl_zoo.cli train ...`` (or the installed script,
-``accelerate launch --num_processes 2 $(which hscl-zoo) train ...``).
+``accelerate launch --multi_gpu --num_processes 2 -m hscl_zoo.cli train ...`` (or the installed
+script, ``accelerate launch --multi_gpu --num_processes 2 $(which hscl-zoo) train ...``; on the CPU
+with ``ACCELERATE_USE_CPU=1`` the processes talk over gloo).
 """
 
 from __future__ import annotations
