@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from hscl_zoo.data.catalog import DatasetSpec
 
-__all__ = ["IMAGE_EXTENSIONS", "SOURCE_PREFIXES", "SOURCE_KEYS", "UNLABELLED", "UNLABELLED_FOLDER", "SourceOptions",
+__all__ = ["IMAGE_EXTENSIONS", "SOURCE_PREFIXES", "SOURCE_KEYS", "UNLABELLED", "UNLABELLED_FOLDER", "SourceOptions", "cache_dir",
            "is_source", "source_options", "source_spec"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
