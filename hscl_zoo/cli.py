@@ -2,6 +2,7 @@
 
     hscl-zoo list 'hscl-*'                                  # zoo names and whether they are published
     hscl-zoo info hscl-beta-cifar10                         # one entry: repo, revision, paper top-1, ...
+    hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20
     hscl-zoo eval runs/default/hub --out eval.json          # linear probe + kNN, JSON out
     hscl-zoo embed runs/default/hub photos/ --out photos.parquet
     hscl-zoo export runs/default/hub --format onnx --out exported/
@@ -11,6 +12,14 @@
 MODEL is anything ``hscl_zoo.load`` accepts: a zoo name, ``hf-hub:owner/name[@revision]``,
 ``local-dir:/path`` or a folder written by ``save_pretrained`` (offline for folders). Errors in
 the input exit with status 1 and one line naming the problem; usage errors exit with status 2.
+A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own data:
+``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see ``hscl_zoo.data.sources``).
+
+``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config FILE``
+and ``--key value`` settings (``hscl-zoo train --help``). For several processes, launch the module:
+``accelerate launch --multi_gpu --num_processes 2 -m hscl_zoo.cli train ...`` (or the installed
+script, ``accelerate launch --multi_gpu --num_processes 2 $(which hscl-zoo) train ...``; on the CPU
+with ``ACCELERATE_USE_CPU=1`` the processes talk over gloo).
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from typing import Any
 import torch
 
 from hscl_zoo._version import __version__
-from hscl_zoo.data import DATASETS
+from hscl_zoo.data import DATASETS, SourceOptions
+from hscl_zoo.data.sources import source_options
 from hscl_zoo.embedding import check_output_path, embed, save_embeddings
 from hscl_zoo.evaluation import EVAL_DEFAULTS, evaluate_model
 from hscl_zoo.export import OUTPUTS, export_onnx, export_timm, export_torchscript
@@ -64,8 +74,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def add_eval_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``hscl-zoo eval`` (and of ``recipes/linear_eval.py``), all but the model."""
-    parser.add_argument("--dataset", help=f"one of {', '.join(sorted(DATASETS))} (default: the model's training "
-                        "dataset)")
+    parser.add_argument("--dataset", help=f"one of {', '.join(sorted(DATASETS))}, or imagefolder:PATH, parquet:PATH, "
+                        "hf:owner/name (default: the model's training dataset)")
     parser.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub)")
     parser.add_argument("--subset", type=int, help="class-balanced number of training images")
     parser.add_argument("--probe_epochs", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['probe_epochs']}")
@@ -74,6 +84,17 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
                         f"{EVAL_DEFAULTS['seed']})")
     parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--out", type=Path, metavar="FILE.json", help="write the results here")
+    add_source_options(parser)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """The options of own data (imagefolder:, parquet:, hf:), as in ``hscl_zoo.data.SourceOptions``."""
+    group = parser.add_argument_group("own data (imagefolder:PATH, parquet:PATH, hf:owner/name)")
+    for key in ("image_column", "label_column", "train_split", "test_split"):
+        group.add_argument(f"--{key}", help="default: guessed from the features (tables only)")
+    group.add_argument("--test_fraction", type=float, default=SourceOptions.test_fraction,
+                       help="part of each class held out when there is no test split (default: %(default)s)")
+    group.add_argument("--skip_unreadable", action="store_true", help="leave out images that do not decode")
 
 
 def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -81,7 +102,7 @@ def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
     ``--out``; returns the results."""
     result = evaluate_model(model, args.dataset, data_dir=args.data_dir, subset=args.subset,
                             probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
-                            device=_device(args.device))
+                            device=_device(args.device), **source_options(vars(args)))
     print(f"{result['dataset']}: linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%, "
           f"kNN top-1 {result['knn_top1']:.2f}%")
     if args.out:
@@ -101,11 +122,19 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     device = _device(args.device)
     model = load(args.model, device=device)
     embeddings = embed(model, args.images, projection=args.projection, split=args.split, data_dir=args.data_dir,
-                       batch_size=args.batch_size, num_workers=args.num_workers, device=device)
+                       batch_size=args.batch_size, num_workers=args.num_workers, device=device,
+                       **source_options(vars(args)))
     written = save_embeddings(embeddings, args.out)
     rows, dim = embeddings.features.shape
     print(f"embedded {rows} images to {dim}-d {'projections' if args.projection else 'features'}: "
           + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
+    from hscl_zoo.training.pretrain import main as pretrain_main
+
+    pretrain_main(list(settings), prog=f"{PROG} train")
     return 0
 
 
@@ -173,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = _command(commands, "embed", _cmd_embed, "Encode a folder of images or a dataset split to features.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     cmd.add_argument("images", metavar="IMAGES",
-                     help=f"a folder of image files (searched recursively) or a dataset name ({', '.join(sorted(DATASETS))})")
+                     help=f"a folder of image files (searched recursively), a dataset name "
+                     f"({', '.join(sorted(DATASETS))}) or imagefolder:PATH, parquet:PATH, hf:owner/name")
     cmd.add_argument("--out", type=Path, required=True, metavar="FILE",
                      help=".npy (with FILE.ids.csv naming the rows) or .parquet (id columns + embedding)")
     cmd.add_argument("--projection", action="store_true", help="the L2-normalised projection head instead of the "
@@ -183,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--batch_size", type=int, default=256)
     cmd.add_argument("--num_workers", type=int, default=0, help="DataLoader workers decoding images")
     cmd.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    add_source_options(cmd)
+
+    train_summary = "Pretrain an encoder, as accelerate launch recipes/pretrain.py (--help lists every --key)."
+    commands.add_parser("train", help=train_summary, description=train_summary, add_help=False)
 
     cmd = _command(commands, "export", _cmd_export, "Write the encoder as a timm folder, ONNX or TorchScript.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
@@ -208,9 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hscl-zoo`` with ``argv`` (default: the process arguments); returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command != "train" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.handler(args)
+        return _cmd_train(args, rest) if args.command == "train" else args.handler(args)
     except _USER_ERRORS as error:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -16,19 +16,20 @@ import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
 import torch
 
 from hscl_zoo.data import DATASETS, load_splits
+from hscl_zoo.data.sources import IMAGE_EXTENSIONS, is_source
 from hscl_zoo.evaluation import extract_features
 from hscl_zoo.models import ContrastiveEncoder
 
 __all__ = ["IMAGE_EXTENSIONS", "EMBEDDING_FORMATS", "Embeddings", "image_files", "check_output_path", "embed",
            "save_embeddings"]
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 EMBEDDING_FORMATS = (".npy", ".parquet")
 
 
@@ -87,11 +88,14 @@ def embed(
     num_workers: int = 0,
     device: str | torch.device | None = None,
     progress: bool = True,
+    **source_options: Any,
 ) -> Embeddings:
     """Encode a folder of image files (recursively) or one split of a zoo dataset.
 
-    ``images`` is a folder, or a dataset name of ``hscl_zoo.data.DATASETS`` (``split``
-    ``"train"`` or ``"test"``; ``data_dir`` as in ``load_splits``). Features are ``model.encode``,
+    ``images`` is a folder, a dataset name of ``hscl_zoo.data.DATASETS`` or own data
+    (``imagefolder:PATH``, ``parquet:PATH``, ``hf:owner/name``, with ``source_options``), of
+    which ``split`` ``"train"`` or ``"test"`` is encoded (``data_dir`` as in ``load_splits``).
+    Features are ``model.encode``,
     or the L2-normalised 128-d ``model.project`` with ``projection=True``. An unreadable image is
     a ``ValueError`` naming it.
     """
@@ -105,12 +109,12 @@ def embed(
         except OSError as error:
             raise ValueError(f"cannot read an image under {path}: {error}. Fix or remove that file.") from error
         return Embeddings(features.numpy(), [f.relative_to(path).as_posix() for f in files], "file")
-    if str(images) not in DATASETS:
-        raise FileNotFoundError(f"{images!r} is neither a folder nor a dataset name; give a folder of images or one "
-                                f"of {', '.join(sorted(DATASETS))}.")
+    if str(images) not in DATASETS and not is_source(str(images)):
+        raise FileNotFoundError(f"{images!r} is neither a folder nor a dataset name; give a folder of images, one "
+                                f"of {', '.join(sorted(DATASETS))}, or imagefolder:PATH, parquet:PATH, hf:owner/name.")
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    data = load_splits(str(images), data_dir)
+    data = load_splits(str(images), data_dir, **source_options)
     table = data.train if split == "train" else data.test
     features, labels = extract_features(encode, table, model.transform, batch_size=batch_size, device=device,
                                         num_workers=num_workers, progress=progress)

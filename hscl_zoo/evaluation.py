@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from hscl_zoo.data.datasets import load_splits, require_internal_columns
+from hscl_zoo.data.sources import source_options as pick_source_options
 from hscl_zoo.data.transforms import eval_transform
 
 if TYPE_CHECKING:
@@ -308,7 +309,8 @@ def evaluate_encoder(
     num_workers: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Linear probe and kNN of a zoo encoder on a dataset's train/test splits.
+    """Linear probe and kNN of a zoo encoder on a dataset's train/test splits (unlabelled
+    training images left out).
 
     Features come from ``encoder.encode`` with the encoder's own eval preprocessing
     (``encoder.transform``, else :func:`hscl_zoo.data.transforms.eval_transform` of
@@ -320,6 +322,7 @@ def evaluate_encoder(
         :func:`linear_probe`, plus the kNN settings under ``"knn"``) and ``head`` (a state dict
         for ``encoder.classifier``); all but ``head`` is JSON-serialisable.
     """
+    data = data.labelled()
     transform = getattr(encoder, "transform", None)
     if transform is None:
         transform = eval_transform(encoder.pretrained_cfg)
@@ -371,9 +374,13 @@ def evaluate_model(
     seed: int | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
+    **source_options: Any,
 ) -> dict[str, Any]:
     """Linear probe + kNN of any model ``hscl_zoo.load`` accepts, with the training run's settings
     as defaults.
+
+    ``dataset`` may be own data (``imagefolder:PATH``, ...); ``source_options`` are its options
+    (see ``hscl_zoo.data.load_splits``), by default the run's own for its own dataset.
 
     ``dataset``, ``data_dir``, ``subset``, ``seed``, ``probe_epochs`` and ``knn_k`` default to those
     of the run that trained the model (the recipe config in its config.json), else to
@@ -407,7 +414,8 @@ def evaluate_model(
     settings = {key: given[key] if given[key] is not None else recipe.get(key, default)
                 for key, default in EVAL_DEFAULTS.items()}
     subset = subset if subset is not None else same_data.get("subset")
-    data = load_splits(dataset, data_dir, subset=subset, seed=settings["seed"])
+    options = {**pick_source_options(same_data), **source_options}
+    data = load_splits(dataset, data_dir, subset=subset, seed=settings["seed"], **options)
     result = evaluate_encoder(model, data, epochs=settings["probe_epochs"], knn_k=settings["knn_k"],
                               seed=settings["seed"], device=target, progress=progress)
     result.pop("head")

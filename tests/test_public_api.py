@@ -36,6 +36,7 @@ PUBLIC_NAMES = {
 
 CONFIG_KEYS = [
     "dataset", "data_dir", "subset", "full_test", "views", "label_positive_pairing",
+    "image_column", "label_column", "train_split", "test_split", "test_fraction", "skip_unreadable", "mean", "std",
     "backbone", "stem", "image_size",
     "method", "temperature", "beta", "threshold_start", "threshold_end", "tau_plus", "positives", "M",
     "epochs", "batch_size", "optimizer", "lr", "weight_decay", "mixed_precision", "seed", "num_workers",

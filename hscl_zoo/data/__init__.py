@@ -3,6 +3,7 @@ transforms, multi-view training datasets and seeded loaders, and the device-side
 
     catalog          DatasetSpec, the dataset table, register_dataset
     digits           scikit-learn's digits, the dataset that needs no network
+    sources          your own data: imagefolder:PATH, parquet:PATH, hf:owner/name
     datasets         load_splits / load_split into (image, label) tables, balanced subsets
     transforms       the SimCLR augmentation and the evaluation transform
     views            MultiViewDataset: V augmented views per image, seeded per item
@@ -24,19 +25,25 @@ from hscl_zoo.data.datasets import (
     require_internal_columns,
     to_internal,
 )
+from hscl_zoo.data.sources import SOURCE_KEYS, UNLABELLED, SourceOptions, is_source, source_spec
 
 __all__ = [
     "DATASETS",
     "DatasetSpec",
+    "SOURCE_KEYS",
+    "SourceOptions",
+    "UNLABELLED",
     "INTERNAL_IMAGE",
     "INTERNAL_LABEL",
     "LoadedData",
     "balanced_subset",
     "get_spec",
+    "is_source",
     "label_array",
     "load_split",
     "load_splits",
     "register_dataset",
     "require_internal_columns",
+    "source_spec",
     "to_internal",
 ]

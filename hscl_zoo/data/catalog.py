@@ -3,7 +3,9 @@
 A spec says where a dataset comes from (a Hugging Face Hub id, or a function that builds it),
 how its columns map to the internal ``image``/``label`` form, and what every other module needs
 to know: display name, classes, native resolution, normalisation statistics. Adding a dataset
-is one `register_dataset(DatasetSpec(...))`.
+is one `register_dataset(DatasetSpec(...))`; your own images, parquet files or Hub dataset are
+one `register_dataset(source_spec("imagefolder:/data/pets", name="pets"))`
+(:mod:`hscl_zoo.data.sources`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class DatasetSpec:
         label_column: column holding the class index in the source (renamed to ``label``).
         train_split: name of the training split; also the parquet file-name prefix in a data_dir.
         test_split: name of the held-out split used for evaluation (``valid`` for Tiny ImageNet).
-        num_classes: number of classes of ``label_column``.
+        num_classes: number of classes of ``label_column`` (0 for an unlabelled dataset made by a
+            builder, such as an image folder without class folders).
         image_size: side length in pixels of the stored images (the native size), used as the
             default training and evaluation resolution.
         mean: per-channel RGB mean of the training images in [0, 1], for normalisation.
@@ -70,10 +73,10 @@ class DatasetSpec:
             raise ValueError(f"{self.name}: give exactly one source, hub_id (a Hub dataset, or parquet files in a "
                              f"data_dir) or builder (a function making the tables); got hub_id={self.hub_id!r}, "
                              f"builder={self.builder!r}.")
-        for key in ("num_classes", "image_size"):
+        for key, least in (("num_classes", 0 if self.builder is not None else 1), ("image_size", 1)):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{self.name}: {key} must be a positive integer, got {value!r}.")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{self.name}: {key} must be an integer >= {least}, got {value!r}.")
         if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
             raise ValueError(f"{self.name}: mean and std need one value per RGB channel and std > 0, "
                              f"got mean={self.mean!r}, std={self.std!r}.")

@@ -18,11 +18,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
 
 from hscl_zoo.data.catalog import DatasetSpec, get_spec
+from hscl_zoo.data.sources import UNLABELLED, SourceOptions, is_source, source_spec
 
 INTERNAL_IMAGE = "image"
 INTERNAL_LABEL = "label"
@@ -30,12 +32,25 @@ INTERNAL_LABEL = "label"
 
 @dataclass(frozen=True)
 class LoadedData:
-    """Train and test tables of one dataset in the internal form, with its names and spec."""
+    """Train and test tables of one dataset in the internal form, with its names and spec.
+
+    ``unlabelled`` counts the training rows with label -1 (images without a class, from an
+    image folder's ``unlabelled/`` folder or a folder without class folders); they are for
+    training only and never in ``test``.
+    """
 
     train: datasets.Dataset
     test: datasets.Dataset
     class_names: list[str]
     spec: DatasetSpec
+    unlabelled: int = 0
+
+    def labelled(self) -> LoadedData:
+        """The same data without the unlabelled training rows, for evaluation."""
+        if not self.unlabelled:
+            return self
+        train = self.train.select(np.flatnonzero(label_array(self.train) != UNLABELLED).tolist())
+        return LoadedData(train=train, test=self.test, class_names=self.class_names, spec=self.spec)
 
 
 def require_internal_columns(dataset: datasets.Dataset, user: str) -> None:
@@ -55,12 +70,15 @@ def load_splits(
     subset: int | None = None,
     seed: int = 0,
     full_test: bool = False,
+    **options: Any,
 ) -> LoadedData:
     """Load the train and test splits of dataset ``name`` in the internal form.
 
     Args:
         name: a registered dataset (``digits``, ``cifar10``, ``cifar100``, ``stl10``,
-            ``tinyimagenet``, or one added with ``register_dataset``).
+            ``tinyimagenet``, or one added with ``register_dataset``), or your own data:
+            ``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see
+            :mod:`hscl_zoo.data.sources`; with ``hf:``, ``data_dir`` is a local parquet copy).
         data_dir: a folder of parquet files in the Hub layout (searched recursively); a file
             belongs to a split when its name starts with the split name followed by ``-``, ``_``
             or ``.`` (``train-00000-of-00001.parquet``). ``None`` reads ``spec.hub_id`` with
@@ -68,9 +86,12 @@ def load_splits(
             built by its spec's ``builder`` (``digits``).
         subset: if given, keep a class-balanced, seeded subset of this many train rows and the
             same fraction of the test rows (see :func:`balanced_subset`), for CPU-budget runs.
-        seed: seed of the subset draw.
+        seed: seed of the subset draw, and of the held-out split of a source without a test split.
         full_test: with ``subset``, keep the whole test split instead of the same fraction of it
             (a small training budget evaluated on the full test set).
+        **options: for own data, the fields of :class:`hscl_zoo.data.sources.SourceOptions`
+            (``image_column``, ``label_column``, ``train_split``, ``test_split``,
+            ``test_fraction``, ``skip_unreadable``).
 
     Returns:
         :class:`LoadedData` with ``train``/``test`` tables (columns ``image`` and ``label``),
@@ -82,7 +103,19 @@ def load_splits(
             expected splits, or lacks the expected columns, labels outside ``[0, num_classes)``,
             or a bad ``subset``.
     """
-    spec = get_spec(name)
+    try:
+        source_options = SourceOptions(**options)
+    except TypeError:
+        raise ValueError(f"unknown option(s) {sorted(options)}; own data sources take "
+                         f"{list(SourceOptions.__dataclass_fields__)}.") from None
+    if is_source(name):
+        spec = source_spec(name, data_dir=data_dir, seed=seed, options=source_options)
+        data_dir = None
+    else:
+        spec = get_spec(name)
+        if source_options.non_default():
+            raise ValueError(f"{sorted(source_options.non_default())} apply to own data (imagefolder:, parquet:, hf:), "
+                             f"not to the registered dataset {name!r}; drop them.")
     if subset is not None:
         _check_positive_int(subset, "subset")
     if spec.builder is not None:
@@ -98,10 +131,11 @@ def load_splits(
         test = load_split(name, spec.test_split, data_dir)
     class_names = list(train.features[INTERNAL_LABEL].names)
     if subset is not None:
-        if not full_test:
+        if not full_test and len(test):
             test = balanced_subset(test, _proportional_test_size(subset, len(train), len(test)), seed=seed)
         train = balanced_subset(train, subset, seed=seed)
-    return LoadedData(train=train, test=test, class_names=class_names, spec=spec)
+    unlabelled = int(np.sum(label_array(train) == UNLABELLED))
+    return LoadedData(train=train, test=test, class_names=class_names, spec=spec, unlabelled=unlabelled)
 
 
 def load_split(name: str, split: str, data_dir: str | Path | None = None) -> datasets.Dataset:

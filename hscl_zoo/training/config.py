@@ -37,6 +37,15 @@ class PretrainConfig:
     full_test: bool = False  # with subset: keep the whole test split (else the same fraction of it)
     views: int = 2
     label_positive_pairing: bool = False  # draw later views from other images of the same class
+    # own data (dataset "imagefolder:PATH", "parquet:PATH", "hf:owner/name"; hscl_zoo.data.sources)
+    image_column: str | None = None  # None: guessed from the features (tables only)
+    label_column: str | None = None  # None: guessed; no label column means unlabelled (UCL, H-UCL only)
+    train_split: str | None = None  # None: "train"
+    test_split: str | None = None  # None: test/validation/valid/val if present, else held out of train
+    test_fraction: float = 0.2  # part of each class held out when the source has no test split
+    skip_unreadable: bool = False  # leave out images that do not decode (else an error naming them)
+    mean: list | None = None  # per-channel RGB mean in [0, 1] (None: the dataset's, measured for own data)
+    std: list | None = None  # per-channel RGB std (None: as mean)
     # model
     backbone: str = "resnet18"
     stem: str = "default"  # "small" (3x3 stride-1 conv, no max-pool), "default" (timm's), "auto" (small up to 64 px)
@@ -112,6 +121,13 @@ class PretrainConfig:
         for key in ("monitor_train_size", "monitor_test_size"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)} must be a positive number of images, or unset for all.")
+        if not 0 < self.test_fraction < 1:
+            raise ValueError(f"test_fraction={self.test_fraction} must lie strictly between 0 and 1.")
+        for key in ("mean", "std"):
+            value = getattr(self, key)
+            if value is not None and (len(value) != 3 or not all(isinstance(v, (int, float)) for v in value)
+                                      or (key == "std" and min(value) <= 0)):
+                raise ValueError(f"{key}={value!r}: give three numbers, one per RGB channel (std > 0), or unset it.")
         if self.subset is not None and self.subset < 1:
             raise ValueError(f"subset={self.subset} must be a positive number of images, or unset for all.")
 

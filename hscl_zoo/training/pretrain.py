@@ -19,6 +19,7 @@ Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -34,6 +35,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from hscl_zoo.data.datasets import LoadedData, load_splits
+from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.loaders import SeededLoader, make_loader
 from hscl_zoo.data.raw_images import RawImageDataset
@@ -57,10 +59,13 @@ __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "
            "export_run"]
 
 RESUMABLE_CHANGES = {"num_workers", "log_with"}
+UNLABELLED_HEAD = "unlabelled"
+"""The one class name of the (untrained) head of an encoder trained on unlabelled images."""
 
 
-def parse_args(argv: list[str]) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
+def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
     parser = argparse.ArgumentParser(
+        prog=prog,
         description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
         epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
     )
@@ -120,18 +125,19 @@ def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.
     return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **fused_arg)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the recipe; bad settings, data or checkpoints end it with `error: ...` and exit status 1."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    """Run the recipe (``prog``: the name its --help shows); bad settings, data or checkpoints end
+    it with `error: ...` and exit status 1."""
     try:
-        return pretrain(sys.argv[1:] if argv is None else argv)
+        return pretrain(sys.argv[1:] if argv is None else argv, prog)
     except (ValueError, CheckpointError) as error:
         raise SystemExit(f"error: {error}") from error
 
 
-def pretrain(argv: list[str]) -> dict[str, Any]:
+def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     """Parse `argv` (as `recipes/pretrain.py` does), train, probe and export; returns the linear
     evaluation and ``hub_dir`` on the main process ({} elsewhere). Refusals raise SystemExit."""
-    cfg, args, overrides = parse_args(argv)
+    cfg, args, overrides = parse_args(argv, prog)
     cfg = resolve_run(cfg, args, overrides)
     run_dir = Path(cfg.output_dir)
     accelerator = Accelerator(
@@ -144,7 +150,7 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     if cfg.batch_size % world:
         raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
 
-    data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test)
+    data, cfg = load_training_data(cfg, accelerator)
     if cfg.batch_size > len(data.train):
         raise SystemExit(
             f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
@@ -162,12 +168,12 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     image_size = cfg.image_size or data.spec.image_size
     encoder = create_model(
         cfg.backbone,
-        num_classes=len(data.class_names),
+        num_classes=len(data.class_names) or 1,
         image_size=image_size,
         small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
-        class_names=data.class_names,
-        mean=data.spec.mean,
-        std=data.spec.std,
+        class_names=data.class_names or [UNLABELLED_HEAD],
+        mean=cfg.mean,
+        std=cfg.std,
     )
     fast = cfg.fast_path(accelerator.device.type)
     train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
@@ -203,9 +209,10 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         record = train_epoch(cfg, epoch, accelerator, loader, augment, forward, optimizer, loss_fn,
                              channels_last=fast["channels_last"])
         if accelerator.is_main_process:
-            monitor_started = time.perf_counter()
-            record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
-            record["monitor_seconds"] = time.perf_counter() - monitor_started
+            if data.class_names:
+                monitor_started = time.perf_counter()
+                record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
+                record["monitor_seconds"] = time.perf_counter() - monitor_started
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
@@ -222,6 +229,23 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
     return result
 
 
+def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
+    """The run's dataset (own data measured by the main process first, so the others read its
+    cache) and the config with the normalisation it will use recorded in ``mean``/``std``.
+
+    Raises ValueError before training when the method (or label-positive pairing) needs labels
+    and the data has none."""
+    with accelerator.main_process_first():
+        data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
+                           **source_options(cfg.to_dict()))
+    uses_labels = "labels" in (cfg.positives, cfg.method_spec.positives) or cfg.method_spec.negatives == "other-labels"
+    if not data.class_names and (uses_labels or cfg.label_positive_pairing):
+        raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"
+                         f"{' with label_positive_pairing' if cfg.label_positive_pairing else ''} needs them. Train "
+                         "ucl or hucl on unlabelled images, or give one subfolder per class / a label_column.")
+    return data, dataclasses.replace(cfg, mean=cfg.mean or list(data.spec.mean), std=cfg.std or list(data.spec.std))
+
+
 def training_views(
     cfg: PretrainConfig,
     data: LoadedData,
@@ -233,7 +257,7 @@ def training_views(
 ) -> tuple[Dataset, BatchSimCLRAugment | None, SeededLoader]:
     """The training set, the device augmenter (None when the workers augment) and the seeded
     loader of one process's share of each global batch."""
-    augmentation = simclr_transform(image_size, mean=data.spec.mean, std=data.spec.std)
+    augmentation = simclr_transform(image_size, mean=cfg.mean or data.spec.mean, std=cfg.std or data.spec.std)
     augment = None
     if gpu_augment:
         train_set = RawImageDataset(data.train, cache=cache_images, label_positive=cfg.label_positive_pairing,
@@ -308,14 +332,20 @@ def export_run(
     num_processes: int,
     config_path: str | None,
 ) -> dict[str, Any]:
-    """Probe the trained encoder, fit its linear head, write linear_eval.json and the Hub folder."""
-    evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
-                                  device=device)
-    encoder.classifier.load_state_dict(evaluation.pop("head"))
-    (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+    """Probe the trained encoder, fit its linear head, write linear_eval.json and the Hub folder
+    (unlabelled data: no probe, an empty evaluation and an untrained one-output head)."""
+    evaluation: dict[str, Any] = {}
+    if data.class_names:
+        evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
+                                      device=device)
+        encoder.classifier.load_state_dict(evaluation.pop("head"))
+        (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    training = training_summary(cfg, num_processes, len(data.class_names), config_path)
+    training = training_summary(cfg, num_processes, len(data.class_names) or 1, config_path)
     hub_dir = write_hub_folder(encoder, run_dir / "hub", training=training, evaluation=evaluation, history=history)
+    if not evaluation:
+        print(f"{cfg.dataset} is unlabelled: no linear probe. Hub-ready folder: {hub_dir}", flush=True)
+        return {"hub_dir": str(hub_dir)}
     print(
         f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
         f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
