@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from accelerate import Accelerator
+from safetensors.torch import load_file, save_file
+
+from hscl_zoo.losses.queue import MemoryQueue
 
 CHECKPOINT_DIR = "checkpoints"
 MARKER = "state.json"
+QUEUE_FILE = "queue.safetensors"
 
 
 class CheckpointError(RuntimeError):
@@ -38,8 +42,17 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, epoch: int, state: dict[str, Any], *, keep: int = 2) -> Path:
-    """Save model, optimizer and RNG states after `epoch`, then drop all but the newest `keep`."""
+def save_checkpoint(
+    accelerator: Accelerator,
+    run_dir: str | Path,
+    epoch: int,
+    state: dict[str, Any],
+    *,
+    keep: int = 2,
+    queue: MemoryQueue | None = None,
+) -> Path:
+    """Save model, optimizer and RNG states (and the loss's `queue`, if any) after `epoch`, then
+    drop all but the newest `keep`."""
     root = Path(run_dir) / CHECKPOINT_DIR
     final = root / f"epoch_{epoch:04d}"
     partial = root / f".partial-epoch_{epoch:04d}"
@@ -48,6 +61,8 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, epoch: int, s
         partial.mkdir(parents=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(partial))
+    if queue is not None and accelerator.is_main_process:
+        save_file(queue.state_dict(), str(partial / QUEUE_FILE))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if final.exists():
@@ -62,11 +77,14 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, epoch: int, s
     return final
 
 
-def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> dict[str, Any]:
-    """Restore a checkpoint written by `save_checkpoint`; return its state.json."""
+def load_checkpoint(accelerator: Accelerator, checkpoint: Path, *, queue: MemoryQueue | None = None) -> dict[str, Any]:
+    """Restore a checkpoint written by `save_checkpoint` (into `queue` too, which must then have
+    been saved with it); return its state.json."""
     try:
         state = json.loads((checkpoint / MARKER).read_text())
         accelerator.load_state(str(checkpoint))
+        if queue is not None:
+            queue.load_state_dict(load_file(str(checkpoint / QUEUE_FILE)), device=accelerator.device)
     except Exception as error:  # noqa: BLE001 - any failure here means the files are unusable
         others = [p.name for p in checkpoint_dirs(checkpoint.parent.parent) if p != checkpoint]
         fallback = (

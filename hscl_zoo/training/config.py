@@ -58,10 +58,14 @@ class PretrainConfig:
     threshold_end: float = 0.0  # ... and at the last epoch (the paper's linear schedule)
     tau_plus: float = 0.0  # H-UCL debiasing class prior
     positives: str | None = None  # None: the method's own (views for ucl/hucl, labels for scl/hscl)
-    M: float | None = None  # None: global number of embeddings - 2
+    M: float | None = None  # None: global number of embeddings (+ queue rows in use) - 2
+    queue_size: int = 0  # rows of earlier batches kept as extra candidates (hscl_zoo.losses.queue); 0: none
+    queue_positives: bool = False  # same-label queue rows are positives too (label positives only)
+    queue_start_epoch: int = 1  # first epoch that reads and fills the queue (early embeddings go stale fast)
     # optimisation
     epochs: int = 8
-    batch_size: int = 256  # global, across processes
+    batch_size: int = 256  # global, across processes: the contrastive batch every anchor meets
+    chunk_size: int | None = None  # images (views) encoded at once by the gradient cache; None: the whole batch
     optimizer: str = "adam"
     lr: float = 1e-3
     weight_decay: float = 1e-6
@@ -128,8 +132,29 @@ class PretrainConfig:
             if value is not None and (len(value) != 3 or not all(isinstance(v, (int, float)) for v in value)
                                       or (key == "std" and min(value) <= 0)):
                 raise ValueError(f"{key}={value!r}: give three numbers, one per RGB channel (std > 0), or unset it.")
+        self._validate_large_batch()
         if self.subset is not None and self.subset < 1:
             raise ValueError(f"subset={self.subset} must be a positive number of images, or unset for all.")
+
+    def _validate_large_batch(self) -> None:
+        """The gradient cache and the memory queue (issue 16): chunk_size, queue_* keys."""
+        if self.chunk_size is not None and not 1 <= self.chunk_size <= self.batch_size * self.views:
+            raise ValueError(f"chunk_size={self.chunk_size} must lie in 1..{self.batch_size * self.views} (batch_size "
+                             f"{self.batch_size} x views {self.views}): it counts the images encoded at once. "
+                             "Unset it to encode the whole batch at once.")
+        if self.queue_size < 0:
+            raise ValueError(f"queue_size={self.queue_size} must be >= 0 (0: no queue).")
+        if self.queue_start_epoch < 1:
+            raise ValueError(f"queue_start_epoch={self.queue_start_epoch} must be >= 1 (1: from the first epoch).")
+        if self.queue_size and self.queue_start_epoch > self.epochs:
+            raise ValueError(f"queue_start_epoch={self.queue_start_epoch} comes after the last epoch ({self.epochs}): "
+                             "the queue would never be used. Lower it or set queue_size 0.")
+        if self.queue_positives and not self.queue_size:
+            raise ValueError("queue_positives=true needs a queue: set queue_size > 0.")
+        if self.queue_positives and (self.positives or self.method_spec.positives) != "labels":
+            raise ValueError(f"queue_positives=true with positives='views' ({self.method}): a queue row is never "
+                             "another view of the anchor's image, so only label positives can come from it. "
+                             "Set positives labels or drop queue_positives.")
 
     # ---- construction ----
 
@@ -186,6 +211,9 @@ class PretrainConfig:
         """Keyword arguments for `build_loss(self.method, ...)`: the common options and the method's
         hyperparameters; a scheduled one (H-SCL(tau)'s threshold) gets a fresh linear schedule."""
         kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M}
+        if self.queue_size:
+            kwargs.update(queue_size=self.queue_size, queue_positives=self.queue_positives,
+                          queue_start_epoch=self.queue_start_epoch)
         if self.positives is not None:
             kwargs["positives"] = self.positives
         for h in self.method_spec.hyperparameters:
@@ -213,7 +241,11 @@ class PretrainConfig:
         spec = self.method_spec
         out: dict[str, Any] = {"temperature": self.temperature, "positives": self.positives or spec.positives}
         out.update({key: getattr(self, key) for h in spec.hyperparameters for key in h.config_keys})
-        out["M"] = self.M if self.M is not None else "global embeddings - 2"
+        queue = " + queue rows" if self.queue_size else ""
+        out["M"] = self.M if self.M is not None else f"global embeddings{queue} - 2"
+        if self.queue_size:
+            out.update(queue_size=self.queue_size, queue_positives=self.queue_positives,
+                       queue_start_epoch=self.queue_start_epoch)
         return out
 
 

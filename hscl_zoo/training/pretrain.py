@@ -54,6 +54,7 @@ from hscl_zoo.training.monitoring import (
     rewrite_metrics_upto,
 )
 from hscl_zoo.training.publishing import training_summary, write_hub_folder
+from hscl_zoo.training.steps import check_chunk_size, gradient_cache_step
 
 __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
            "export_run"]
@@ -149,6 +150,8 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     world = accelerator.num_processes
     if cfg.batch_size % world:
         raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
+    if cfg.chunk_size is not None:
+        check_chunk_size(cfg.chunk_size, cfg.batch_size, cfg.views, world)
 
     data, cfg = load_training_data(cfg, accelerator)
     if cfg.batch_size > len(data.train):
@@ -292,13 +295,17 @@ def train_epoch(
     for step, (images, labels, _) in enumerate(bar):
         views = augment(images) if augment is not None else images
         B, V = views.shape[:2]
-        x = views.flatten(0, 1)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        z = forward(x).view(B, V, -1)
-        loss = loss_fn(z, labels)
         optimizer.zero_grad(set_to_none=True)
-        accelerator.backward(loss)
+        if cfg.chunk_size is not None:
+            loss, z = gradient_cache_step(forward, loss_fn, views, labels, chunk_size=cfg.chunk_size,
+                                          backward=accelerator.backward, channels_last=channels_last)
+        else:
+            x = views.flatten(0, 1)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            z = forward(x).view(B, V, -1)
+            loss = loss_fn(z, labels)
+            accelerator.backward(loss)
         optimizer.step()
         loss_sum += loss.detach()
         steps += 1

@@ -1,0 +1,57 @@
+"""The pretraining recipe with the gradient cache (`chunk_size`) and the memory queue (`queue_size`):
+runs that complete and log, resume with a queue, and the settings it refuses."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hscl_zoo.training.steps import check_chunk_size
+from tests.test_pretrain import ONE_STEP, load_recipe, run_main
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    return load_recipe()
+
+
+def history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_chunked_run_with_device_augmentation_and_channels_last_completes_and_logs(recipe, tmp_path):
+    """64 images x 2 views encoded in 4 chunks of 32, from the batched augmentation, channels_last."""
+    run = tmp_path / "chunked"
+    result = recipe.main([*ONE_STEP, "--output_dir", str(run), "--chunk_size", "32", "--gpu_augment", "true",
+                          "--channels_last", "true"])
+    assert Path(result["hub_dir"]) == run / "hub"
+    (record,) = history(run)
+    assert record["train_loss"] > 0 and 0.0 <= record["assumption_fraction"] <= 1.0
+    assert all(isinstance(record[k], float) for k in ("loss_ucl", "loss_scl", "loss_hucl", "loss_hscl"))
+    assert json.loads((run / "config.json").read_text())["chunk_size"] == 32
+
+
+def test_chunk_larger_than_the_batch_is_refused(recipe, tmp_path, capsys):
+    message = run_main(recipe, [*ONE_STEP, "--output_dir", str(tmp_path / "r"), "--chunk_size", "129"], capsys)
+    assert "chunk_size=129" in message and "1..128" in message
+    assert not (tmp_path / "r").exists()
+
+
+def test_chunk_larger_than_one_process_share_is_refused():
+    check_chunk_size(64, batch_size=64, views=2, num_processes=2)
+    with pytest.raises(ValueError, match=r"chunk_size=65 exceeds the 64 images .* pass chunk_size <= 64"):
+        check_chunk_size(65, batch_size=64, views=2, num_processes=2)
+
+
+@pytest.mark.parametrize("bad, expected", [
+    (["--chunk_size", "0"], "chunk_size=0 must lie in 1.."),
+    (["--queue_size", "-1"], "queue_size=-1 must be >= 0"),
+    (["--queue_size", "64", "--queue_start_epoch", "0"], "queue_start_epoch=0 must be >= 1"),
+    (["--queue_size", "64", "--queue_start_epoch", "3"], "comes after the last epoch"),
+    (["--queue_positives", "true"], "needs a queue"),
+    (["--queue_size", "64", "--queue_positives", "true", "--positives", "views"], "positives='views'"),
+    (["--queue_size", "64", "--queue_positives", "true", "--method", "ucl"], "positives='views'"),
+])
+def test_bad_large_batch_settings_are_refused(recipe, tmp_path, capsys, bad, expected):
+    message = run_main(recipe, [*ONE_STEP, "--output_dir", str(tmp_path / "r"), *bad], capsys)
+    assert expected in message
