@@ -194,7 +194,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     start_epoch = 1
     metrics_path = run_dir / "metrics.jsonl"
     if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(accelerator, checkpoint)
+        state = load_checkpoint(accelerator, checkpoint, queue=loss_fn.queue)
         start_epoch = state["epoch"] + 1
         if accelerator.is_main_process:
             rewrite_metrics_upto(metrics_path, state["epoch"])
@@ -221,7 +221,8 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
             accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
         if cfg.log_with:
             accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
-        save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints)
+        save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints,
+                        queue=loss_fn.queue)
 
     result: dict[str, Any] = {}
     if accelerator.is_main_process:
