@@ -5,6 +5,8 @@ TF32 kept out of the augmentation, the kNN monitor on decoded tensors, the optio
 from __future__ import annotations
 
 import copy
+import json
+import statistics
 import importlib.util
 import multiprocessing
 from pathlib import Path
@@ -117,3 +119,134 @@ def test_augment_bench_runs_with_or_without_kornia(capsys):
     has_kornia = importlib.util.find_spec("kornia") is not None
     assert ("| kornia" in out) is has_kornia
     assert ("kornia is not installed" in out) is not has_kornia
+
+
+@pytest.mark.parametrize("device, processes, setting, expected", [
+    ("cuda", 1, None, False), ("cuda", 4, None, True), ("cuda", 4, False, False),
+    ("cpu", 2, None, False), ("cpu", 1, True, True),
+])
+def test_sync_batchnorm_decision(device, processes, setting, expected):
+    assert PretrainConfig(sync_batchnorm=setting).device_plan(device, processes)["sync_batchnorm"] is expected
+
+
+def test_sync_batchnorm_across_cpu_processes_is_refused():
+    with pytest.raises(ValueError, match="GPUs only"):
+        PretrainConfig(sync_batchnorm=True).device_plan("cpu", 2)
+
+
+def test_diagnostics_cadence_per_device():
+    assert PretrainConfig().device_plan("cpu", 1)["diagnostics_every"] == 1
+    assert PretrainConfig().device_plan("cuda", 1)["diagnostics_every"] == 25
+    assert PretrainConfig(diagnostics_every=3).device_plan("cuda", 1)["diagnostics_every"] == 3
+
+
+def test_sync_batchnorm_conversion_keeps_the_function_in_one_process():
+    """The recipe converts with `prepare_batchnorm(model, "sync")`; in one process SyncBatchNorm
+    normalises like BatchNorm, so the step is unchanged."""
+    from hscl_zoo.training.gradient_cache import prepare_batchnorm
+
+    plain = small_network(8)
+    synced = prepare_batchnorm(copy.deepcopy(plain), "sync")
+    kinds = {type(m) for m in synced.modules()}
+    assert torch.nn.SyncBatchNorm in kinds and not any(issubclass(k, torch.nn.modules.batchnorm._BatchNorm)
+                                                       and k is not torch.nn.SyncBatchNorm for k in kinds)
+    x = torch.randn(6, 3, 8, 8)
+    torch.testing.assert_close(synced(x), plain(x))
+    assert synced.state_dict().keys() == plain.state_dict().keys()
+
+
+def test_exact_float32_matmul_overrides_tf32_and_restores_it(digits):
+    from hscl_zoo.data.device_augment import BatchSimCLRAugment
+    from hscl_zoo.data.device_ops import exact_float32_matmul
+
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")  # what Accelerate's dynamo setting does on CUDA
+        with exact_float32_matmul():
+            assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.get_float32_matmul_precision() == "high"
+        with pytest.raises(RuntimeError), exact_float32_matmul():
+            raise RuntimeError
+        assert torch.get_float32_matmul_precision() == "high"
+        augment = BatchSimCLRAugment(8, mean=(0.5,) * 3, std=(0.5,) * 3, seed=0)
+        views = augment(torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8))
+        assert views.shape == (4, 2, 3, 8, 8) and torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_double_compilation_is_guarded():
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import TorchDynamoPlugin
+
+    from hscl_zoo.training.pretrain import compiled_forward
+
+    model = torch.nn.Linear(2, 2)
+    try:
+        accelerator = Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend="inductor"))
+        assert compiled_forward(model, accelerator, requested=True) is model
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    accelerator = Accelerator(cpu=True)
+    try:
+        assert compiled_forward(model, accelerator, requested=False) is model
+        compiled = compiled_forward(model, accelerator, requested=True)
+        assert compiled is not model and compiled._orig_mod is model
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_knn_monitor_on_decoded_tensors_equals_the_pil_path(digits):
+    from hscl_zoo.training.monitoring import KnnMonitor
+
+    cfg = PretrainConfig(monitor_train_size=300, monitor_test_size=200)
+    torch.manual_seed(0)
+    encoder = create_model("resnet18", num_classes=10, image_size=digits.spec.image_size, small_stem=True,
+                           mean=digits.spec.mean, std=digits.spec.std)
+    monitor = KnnMonitor(digits, cfg, torch.device("cpu"))
+    assert monitor.images is not None and monitor.images[0].dtype == torch.uint8
+    assert [len(x) for x in monitor.images] == [300, 200]
+    on_tensors = monitor(encoder)
+    monitor.images = None  # the per-call PIL path of splits with mixed image sizes
+    assert monitor(encoder) == pytest.approx(on_tensors)
+    assert encoder.training
+
+
+def test_monitor_and_checkpoint_cadence_and_epoch_timing(tmp_path):
+    from hscl_zoo.training.pretrain import main
+
+    run = tmp_path / "run"
+    result = main(["--subset", "100", "--batch_size", "32", "--probe_epochs", "1", "--monitor_train_size", "50",
+                   "--epochs", "3", "--monitor_every", "2", "--checkpoint_every", "2", "--keep_checkpoints", "5",
+                   "--output_dir", str(run)])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [("knn_top1" in r, "monitor_seconds" in r) for r in records] == [(False, False), (True, True), (True, True)]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["epoch_0002", "epoch_0003"]
+    for r in records:
+        assert r["wall_seconds"] >= r["epoch_seconds"] > 0
+    assert result["views_per_second_after_epoch1"] == pytest.approx(
+        statistics.median(r["views_per_second"] for r in records[1:]))
+
+
+@pytest.mark.slow
+def test_recipe_with_compile_trains_like_eager(tmp_path):
+    """`compile: true` compiles the model (the loss stays eager): the first epoch's loss matches
+    the eager run's."""
+    from hscl_zoo.training.pretrain import main
+
+    tiny = ["--subset", "100", "--batch_size", "32", "--probe_epochs", "1", "--monitor_train_size", "50", "--epochs", "1"]
+    main([*tiny, "--output_dir", str(tmp_path / "eager")])
+    main([*tiny, "--compile", "true", "--output_dir", str(tmp_path / "compiled")])
+    loss = lambda run: json.loads((tmp_path / run / "metrics.jsonl").read_text())["train_loss"]  # noqa: E731
+    assert loss("compiled") == pytest.approx(loss("eager"), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_cuda_parity_script_runs_on_the_cpu(tmp_path):
+    """The first command of the README's GPU sequence runs anywhere (on the CPU it compares the CPU
+    with itself, so every gap is zero)."""
+    parity = load_benchmark("cuda_parity")
+    assert parity.main(["--device", "cpu", "--json", str(tmp_path / "parity.json")]) == 0
+    checks = json.loads((tmp_path / "parity.json").read_text())["checks"]
+    assert len(checks) == 12 and all(c["ok"] and c["gap"] == 0 for c in checks)
