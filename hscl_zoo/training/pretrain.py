@@ -10,10 +10,12 @@ same without the exit-on-error wrapper:
     accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
 
 Every key of `hscl_zoo.training.config.PretrainConfig` can be set as `--key value` (after the YAML
-file). Per epoch: training loss, kNN top-1 on the test split, Assumption-1 fraction and the four
-Lemma-1 losses go to `<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and
-a checkpoint to `<output_dir>/checkpoints/`. At the end: a linear probe on frozen features, then a
-Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
+file). Per epoch: training loss, throughput and timings, kNN top-1 on the test split (every
+`monitor_every` epochs), Assumption-1 fraction and the four Lemma-1 losses go to
+`<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and a checkpoint (every
+`checkpoint_every` epochs) to `<output_dir>/checkpoints/`. On CUDA a run that cannot fit the
+device is refused before it starts (`hscl_zoo.training.resources`). At the end: a linear probe on
+frozen features, then a Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
 """
 
 from __future__ import annotations
@@ -176,12 +178,12 @@ def pretrain(argv: list[str]) -> dict[str, Any]:
         mean=data.spec.mean,
         std=data.spec.std,
     )
-    fast = cfg.fast_path(accelerator.device.type)
-    train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
-                                                cache_images=fast["cache_images"])
     model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
     if accelerator.device.type == "cuda" and cfg.memory_check:
         refuse_what_cannot_fit(cfg, model, image_size, accelerator)
+    fast = cfg.fast_path(accelerator.device.type)
+    train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
+                                                cache_images=fast["cache_images"])
     if fast["channels_last"]:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
