@@ -57,7 +57,7 @@ def reference_loss(
             e = mean
             if tau_plus > 0:
                 e = torch.clamp((mean - tau_plus * torch.exp(g[p])) / (1 - tau_plus), min=math.exp(-1 / temperature))
-            terms.append(torch.log(1 + M * torch.exp(-g[p]) * e))
+            terms.append(torch.log1p(M * torch.exp(-g[p]) * e))
     if not terms:
         return features.sum() * 0
     return torch.stack(terms).mean()
