@@ -1,7 +1,8 @@
 """A plain-loop implementation of the loss contract (DESIGN.md), written from the formulas.
 
 Slow and obvious on purpose: the tests compare the vectorised losses with it, and
-benchmarks/loss_bench.py times it as the naive baseline.
+benchmarks/loss_bench.py times it as the naive baseline. Fed float64, it is the yardstick of the
+float32 losses; `random_batch` and `trained_batch` make the float32 inputs of those comparisons.
 """
 
 from __future__ import annotations
@@ -69,3 +70,22 @@ def exp_tilt(beta: float) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def threshold(level: float, temperature: float) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda t: (t * temperature >= level).to(t.dtype)
+
+
+def random_batch(B: int, V: int, d: int, classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 Gaussian features (B, V, d) and labels cycling through `classes`."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(B, V, d, generator=gen), torch.arange(B) % classes
+
+
+def trained_batch(B: int, V: int, d: int, classes: int, seed: int, spread: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 features as a trained encoder gives them: each class a random direction, each image
+    that direction plus noise of norm `spread` (1.0: distinct images; 0.1: a tight class), its V
+    views the image plus noise of norm 1e-3. At a low temperature psi is then tiny: e^-10 to e^-30."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(B) % classes
+    centres = torch.nn.functional.normalize(torch.randn(classes, d, generator=gen, dtype=torch.float64), dim=-1)
+    noise = torch.nn.functional.normalize(torch.randn(B, d, generator=gen, dtype=torch.float64), dim=-1)
+    images = torch.nn.functional.normalize(centres[labels] + spread * noise, dim=-1)
+    views = images[:, None, :] + 1e-3 * torch.nn.functional.normalize(torch.randn(B, V, d, generator=gen, dtype=torch.float64), dim=-1)
+    return views.float(), labels
