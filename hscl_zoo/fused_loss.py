@@ -5,11 +5,15 @@ through autograd: about forty passes over N x N memory. Here the sets are (image
 float masks broadcast over views: rows are anchors image-major (image, view), columns are
 candidates view-major (view, image), so in the (b, V, V, B) layout a mask broadcasts along the
 two view axes and its rows stay contiguous. The exponentials e = exp(g) are taken once (cosines
-are bounded, so no row maximum is needed) and, with -psi on the positive pairs, are all that is
-kept for the backward pass: it gets each pair's sigmoid as -expm1(-psi) and the weights from e,
-in place, and writes the gradient out by hand. psi itself is log1p(a / e_ip): with the stable
-forms a tiny psi (a trained-looking batch at a low temperature) keeps its relative precision
-instead of rounding 1 + psi to 1. On a CPU one pass over N x N memory costs a
+are bounded, so no row maximum is needed); with a = M x (the weighted mean of e over each
+anchor's negatives) they are all the backward pass needs: it gets each pair's sigmoid as
+a / (a + e_ip), stable at any size, and the weights from e, in place, and writes the gradient out
+by hand; the forward's second buffer, -psi on the positive pairs, becomes the gradient's. psi
+is log(1 + a / e_ip), formed with log1p wherever M and T let a / e_ip fall below 1/16, so that a
+tiny psi (a trained-looking batch at a low temperature) keeps its relative precision instead of
+1 + psi rounding to 1. log1p costs a CPU about three times log's pass, so where
+a / e_ip >= M e^{-2/T} >= 1/16 (the paper's T = 0.5 at any usual batch) log(1 + y), exact to
+~1e-6 there, is kept. On a CPU one pass over N x N memory costs a
 sixth to a quarter of the similarity matmul at d = 128, and fresh N x N memory costs more than
 reused, so the passes and the buffers are what is counted: for H-SCL(beta) with beta = 1, ten
 passes forward and seven backward over two N x N buffers.
@@ -33,6 +37,8 @@ from torch import Tensor
 
 from hscl_zoo.hardening import ExponentialTilt, Threshold
 
+# log1p replaces log(1 + y) where y = a / e_ip may fall below this (then log(1 + y) loses ~eps / y).
+_LOG1P_BELOW = 1.0 / 16
 # Largest |log x| kept for the intermediates, a margin inside the normal range (float32: e^-87.3 .. e^88.7).
 _EXP_LIMIT = {torch.float32: 80.0, torch.float64: 700.0}
 
@@ -142,9 +148,11 @@ class _FusedInfoNCE(torch.autograd.Function):
             return (*_differentiable_grads(ctx, general, grad_total), *[None] * 9)
         state = ctx.state if ctx.state is not None else _pair_terms(z, z_all, minus_counted, negative, own, V, M, inv_t, hardening)
         ctx.state = None  # the buffers are overwritten below; released with them, as saved tensors are after backward
-        e, grad, sum_w, sum_we, level = state
+        e, grad, sum_w, sum_we, level, a = state
         neg = negative[:, None, None, :]
-        grad.expm1_()  # expm1(-psi) = -sigmoid(log M + log E - g_ip) on counted pairs, 0 elsewhere
+        # -sigmoid(log M + log E - g_ip) = -a / (a + e_ip) on counted pairs, 0 elsewhere
+        torch.div(minus_counted[:, None, None, :] * a, torch.add(e, a, out=grad), out=grad)
+        grad.view(-1).index_fill_(0, own, 0.0)
         s = grad.sum(dim=(2, 3), keepdim=True).neg_()
         # d/dg of log(sum w e) - log(sum w) is upper * w e - lower * w on each negative of weight w.
         upper = (1.0 + slope) * s / sum_we
@@ -187,8 +195,9 @@ def _differentiable_grads(ctx, general: Callable[[Tensor, Tensor], Tensor], grad
 
 def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tensor, own: Tensor, V: int, M: float, inv_t: float, hardening):
     """The forward computation in the (b, V, V, B) layout: e, -psi on counted positive pairs
-    (0 elsewhere, the anchor's own entry included), the sum of weights and of weights x e per anchor, and the per-anchor
-    threshold level (None unless thresholded)."""
+    (0 elsewhere, the anchor's own entry included), the sum of weights and of weights x e per
+    anchor, the per-anchor threshold level (None unless thresholded) and a = M x the weighted
+    mean of e per anchor."""
     b, B = negative.shape
     tiny = torch.finfo(z.dtype).tiny
     neg = negative[:, None, None, :]
@@ -210,10 +219,12 @@ def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tenso
         scratch.mul_(e)
     sum_we = scratch.sum(dim=(2, 3), keepdim=True).clamp_min_(tiny)
     sum_w = sum_w.clamp_min(tiny)
-    a = sum_we.div(sum_w).mul_(M)  # M x (weighted mean of e over negatives), per anchor
-    neg_psi = torch.div(a, e, out=scratch).log1p_().mul_(minus_counted[:, None, None, :])
+    a = sum_we.div(sum_w).mul_(M)
+    y = torch.div(a, e, out=scratch)
+    psi = y.log1p_() if math.log(M) - 2 * inv_t < math.log(_LOG1P_BELOW) else y.add_(1.0).log_()
+    neg_psi = psi.mul_(minus_counted[:, None, None, :])
     neg_psi.view(-1).index_fill_(0, own, 0.0)
-    return e, neg_psi, sum_w, sum_we, level
+    return e, neg_psi, sum_w, sum_we, level, a
 
 
 def _own_entries(b: int, V: int, B: int, offset: int, device: torch.device) -> Tensor:

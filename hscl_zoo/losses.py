@@ -315,9 +315,8 @@ class _ScaledGram(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         a, b = ctx.saved_tensors
-        grad = grad * ctx.scale
-        grad_a = grad @ b if ctx.needs_input_grad[0] else None
-        grad_b = grad.T @ a if ctx.needs_input_grad[1] else None
+        grad_a = (grad @ b) * ctx.scale if ctx.needs_input_grad[0] else None
+        grad_b = (grad.T @ a) * ctx.scale if ctx.needs_input_grad[1] else None
         return grad_a, grad_b, None
 
 
