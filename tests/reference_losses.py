@@ -89,3 +89,35 @@ def trained_batch(B: int, V: int, d: int, classes: int, seed: int, spread: float
     images = torch.nn.functional.normalize(centres[labels] + spread * noise, dim=-1)
     views = images[:, None, :] + 1e-3 * torch.nn.functional.normalize(torch.randn(B, V, d, generator=gen, dtype=torch.float64), dim=-1)
     return views.float(), labels
+
+
+# The precision cases (tests/test_precision.py, benchmarks/loss_precision.py): name ->
+# (build_loss method, its keyword arguments, the reference's eta at a temperature, tau_plus).
+PRECISION_CASES: dict[str, tuple[str, dict, Callable[[float], Callable | None], float]] = {
+    "ucl": ("ucl", {}, lambda T: None, 0.0),
+    "hucl": ("hucl", dict(beta=1.0), lambda T: exp_tilt(1.0), 0.0),
+    "hucl-debiased": ("hucl", dict(beta=1.0, tau_plus=0.1), lambda T: exp_tilt(1.0), 0.1),
+    "scl": ("scl", {}, lambda T: None, 0.0),
+    "hscl-beta": ("hscl-beta", dict(beta=1.0), lambda T: exp_tilt(1.0), 0.0),
+    "hscl-tau": ("hscl-tau", dict(threshold=0.0), lambda T: threshold(0.0, T), 0.0),
+}
+
+
+def reference_value_and_grad(features: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference loss of the float64 copy of `features` and its gradient (kwargs as reference_loss)."""
+    x = features.double().requires_grad_()
+    value = reference_loss(x, labels, **kwargs)
+    value.backward()
+    return value.detach(), x.grad
+
+
+def relative_errors(loss: Callable, features: torch.Tensor, labels: torch.Tensor | None, reference: torch.Tensor,
+                    reference_grad: torch.Tensor) -> tuple[float, float]:
+    """Relative error of loss(features, labels) against `reference`, and of its gradient against
+    `reference_grad` as max |error| / max |reference entry|."""
+    x = features.clone().requires_grad_()
+    value = loss(x, labels)
+    value.backward()
+    value_err = abs(value.item() - reference.item()) / abs(reference.item())
+    grad_err = ((x.grad.double() - reference_grad).abs().max() / reference_grad.abs().max()).item()
+    return value_err, grad_err

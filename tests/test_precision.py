@@ -19,55 +19,35 @@ from hscl_zoo import build_loss
 from hscl_zoo.fused_loss import fused_applicable
 from hscl_zoo.hardening import ExponentialTilt
 from hscl_zoo.losses import debiased_log_mean
-from reference_losses import exp_tilt, random_batch, reference_loss, threshold, trained_batch
+from reference_losses import (
+    PRECISION_CASES,
+    exp_tilt,
+    random_batch,
+    reference_loss,
+    reference_value_and_grad,
+    relative_errors,
+    trained_batch,
+)
 
 TEMPERATURES = (0.03, 0.05, 0.07, 0.1, 0.2, 0.5)
 VALUE_RTOL, GRAD_RTOL = 1e-4, 1e-3
-
-# name: (build_loss method, kwargs, reference eta for a temperature, tau_plus)
-METHODS = {
-    "ucl": ("ucl", {}, lambda T: None, 0.0),
-    "hucl": ("hucl", dict(beta=1.0), lambda T: exp_tilt(1.0), 0.0),
-    "hucl-debiased": ("hucl", dict(beta=1.0, tau_plus=0.1), lambda T: exp_tilt(1.0), 0.1),
-    "scl": ("scl", {}, lambda T: None, 0.0),
-    "hscl-beta": ("hscl-beta", dict(beta=1.0), lambda T: exp_tilt(1.0), 0.0),
-    "hscl-tau": ("hscl-tau", dict(threshold=0.0), lambda T: threshold(0.0, T), 0.0),
-}
 
 
 def batch(kind: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """A random batch, or a trained-looking one as each family's training leaves it: UCL-style
     objectives spread the images apart (distinct images, views nearly identical), SCL-style ones
-    pull each class together (tight classes). Either way psi falls to e^-10 .. e^-60 at T = 0.03."""
+    pull each class together (tight classes). Either way the loss falls to 1e-5 .. 1e-28 at T = 0.03."""
     if kind == "random":
         return random_batch(8, 2, 32, 4, seed=0)
-    return trained_batch(8, 2, 32, 4, seed=0, spread=1.0 if METHODS[name][0] in ("ucl", "hucl") else 0.1)
-
-
-def relative_errors(loss, features: torch.Tensor, labels: torch.Tensor, reference: torch.Tensor, reference_grad: torch.Tensor) -> tuple[float, float]:
-    x = features.clone().requires_grad_()
-    value = loss(x, labels)
-    value.backward()
-    assert value.dtype == torch.float32
-    value_err = abs(value.item() - reference.item()) / abs(reference.item())
-    grad_err = ((x.grad.double() - reference_grad).abs().max() / reference_grad.abs().max()).item()
-    return value_err, grad_err
-
-
-def reference_value_and_grad(features, labels, *, method, positives, temperature, eta, tau_plus=0.0, M=None):
-    x = features.double().requires_grad_()
-    value = reference_loss(x, labels, method=method, positives=positives, temperature=temperature, eta=eta,
-                           tau_plus=tau_plus, M=M)
-    value.backward()
-    return value.detach(), x.grad
+    return trained_batch(8, 2, 32, 4, seed=0, spread=1.0 if PRECISION_CASES[name][0] in ("ucl", "hucl") else 0.1)
 
 
 @pytest.mark.parametrize("positives", ["views", "labels"])
 @pytest.mark.parametrize("kind", ["random", "trained"])
 @pytest.mark.parametrize("temperature", TEMPERATURES)
-@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("name", list(PRECISION_CASES))
 def test_float32_matches_float64_reference_on_both_paths(name, temperature, kind, positives):
-    method, kwargs, eta, tau_plus = METHODS[name]
+    method, kwargs, eta, tau_plus = PRECISION_CASES[name]
     features, labels = batch(kind, name)
     reference, reference_grad = reference_value_and_grad(features, labels, method=method, positives=positives,
                                                          temperature=temperature, eta=eta(temperature), tau_plus=tau_plus)
@@ -85,7 +65,7 @@ def test_float32_matches_float64_reference_on_both_paths(name, temperature, kind
 def test_trained_batches_do_reach_tiny_psi(name, positives):
     """The trained-looking batches are the hard case: the loss lies far below float32's eps, where
     log(1 + psi) rounds to 0."""
-    method, _, eta, tau_plus = METHODS[name]
+    method, _, eta, tau_plus = PRECISION_CASES[name]
     features, labels = batch("trained", name)
     value = reference_loss(features.double(), labels, method=method, positives=positives, temperature=0.03,
                            eta=eta(0.03), tau_plus=tau_plus)
@@ -96,7 +76,7 @@ def test_trained_batches_do_reach_tiny_psi(name, positives):
 def test_fused_path_hands_over_where_its_exponentials_leave_the_normal_range(name):
     """At T = 0.02 the ratio a / e_ip spans M e^{+-100}, beyond float32: the general path runs, and
     keeps precision; at T = 0.05 the fused one does."""
-    method, kwargs, eta, _ = METHODS[name]
+    method, kwargs, eta, _ = PRECISION_CASES[name]
     features, labels = batch("trained", name)
     reference, reference_grad = reference_value_and_grad(features, labels, method=method, positives="labels",
                                                          temperature=0.02, eta=eta(0.02))
@@ -120,7 +100,7 @@ def test_fused_applicable_counts_the_embeddings_not_m():
 @pytest.mark.parametrize("M", [0.5, 7.0, 1000.0])
 @pytest.mark.parametrize("name", ["ucl", "hucl-debiased", "hscl-beta", "hscl-tau"])
 def test_user_M_is_honoured_on_every_path(name, M):
-    method, kwargs, eta, tau_plus = METHODS[name]
+    method, kwargs, eta, tau_plus = PRECISION_CASES[name]
     features, labels = batch("random", name)
     positives = "labels" if method.startswith("hscl") else "views"
     reference, reference_grad = reference_value_and_grad(features, labels, method=method, positives=positives,
@@ -169,11 +149,11 @@ def hessian_vector_product(fn, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 
 
 @pytest.mark.parametrize(
-    "name, path", [(name, path) for name in METHODS for path in ("fused", "general") if name != "hucl-debiased" or path == "general"]
+    "name, path", [(name, path) for name in PRECISION_CASES for path in ("fused", "general") if name != "hucl-debiased" or path == "general"]
 )
 def test_second_derivative_matches_reference(name, path):
     """Double backward (create_graph=True) is exact: a Hessian-vector product against the reference's."""
-    method, kwargs, eta, tau_plus = METHODS[name]
+    method, kwargs, eta, tau_plus = PRECISION_CASES[name]
     features, labels = random_batch(6, 2, 5, 3, seed=1)
     features = features.double()
     v = torch.randn(features.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
@@ -189,11 +169,11 @@ def test_second_derivative_matches_reference(name, path):
 
 
 @pytest.mark.parametrize(
-    "name, path", [(name, path) for name in METHODS if name != "hucl" for path in ("fused", "general") if name != "hucl-debiased" or path == "general"]
+    "name, path", [(name, path) for name in PRECISION_CASES if name != "hucl" for path in ("fused", "general") if name != "hucl-debiased" or path == "general"]
 )
 def test_backward_inside_bf16_autocast_gives_the_float32_gradient(name, path):
     """The loss's autograd nodes keep float32 when backward runs inside an autocast region."""
-    method, kwargs, _, tau_plus = METHODS[name]
+    method, kwargs, _, tau_plus = PRECISION_CASES[name]
     features, labels = random_batch(32, 2, 64, 4, seed=3)
     loss = build_loss(method, **kwargs)
     loss.allow_fused = path == "fused"
