@@ -2,10 +2,14 @@
 runs that complete and log, resume with a queue, and the settings it refuses."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
+from hscl_zoo.losses.queue import MemoryQueue
 from hscl_zoo.training.steps import check_chunk_size
 from tests.test_pretrain import ONE_STEP, load_recipe, run_main
 
@@ -55,3 +59,36 @@ def test_chunk_larger_than_one_process_share_is_refused():
 def test_bad_large_batch_settings_are_refused(recipe, tmp_path, capsys, bad, expected):
     message = run_main(recipe, [*ONE_STEP, "--output_dir", str(tmp_path / "r"), *bad], capsys)
     assert expected in message
+
+
+QUEUED = ["--subset", "128", "--batch_size", "32", "--epochs", "2", "--probe_epochs", "1", "--monitor_train_size", "64",
+          "--queue_size", "96", "--queue_positives", "true"]
+
+
+def test_resume_with_a_queue_reaches_the_uninterrupted_weights(recipe, tmp_path, capsys):
+    """A 2-epoch run with a queue (4 steps of 64 embeddings an epoch into 96 rows), resumed from its
+    epoch-1 checkpoint, ends at the same weights; resumed with the queue emptied it does not (so
+    the saved rows are what carried it), and without the queue file the resume is refused."""
+    run = tmp_path / "queued"
+    recipe.main([*QUEUED, "--output_dir", str(run)])
+    straight = load_file(run / "hub" / "model.safetensors")
+    checkpoints = run / "checkpoints"
+    shutil.rmtree(checkpoints / "epoch_0002")
+    saved = load_file(checkpoints / "epoch_0001" / "queue.safetensors")
+    assert saved["position"].tolist() == [256 % 96, 96, 96] and saved["labels"].shape == (96,)
+
+    recipe.main(["--output_dir", str(run), "--resume"])
+    assert "resuming" in capsys.readouterr().out
+    resumed = load_file(run / "hub" / "model.safetensors")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+    shutil.rmtree(checkpoints / "epoch_0002")
+    save_file(MemoryQueue(96).state_dict(), str(checkpoints / "epoch_0001" / "queue.safetensors"))
+    recipe.main(["--output_dir", str(run), "--resume"])
+    emptied = load_file(run / "hub" / "model.safetensors")
+    assert not all(torch.equal(straight[k], emptied[k]) for k in straight)
+
+    shutil.rmtree(checkpoints / "epoch_0002")
+    (checkpoints / "epoch_0001" / "queue.safetensors").unlink()
+    message = run_main(recipe, ["--output_dir", str(run), "--resume"], capsys)
+    assert "cannot resume from" in message and "queue.safetensors" in message

@@ -2,8 +2,12 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from hscl_zoo import build_loss
 from hscl_zoo.losses.queue import MemoryQueue
+from hscl_zoo.losses.reference import reference_loss
+from tests.test_losses import CASES, LABELS, features
 
 
 def pushed(queue: MemoryQueue, start: int, n: int, d: int = 3) -> None:
@@ -69,3 +73,97 @@ def test_inconsistent_pushes_are_refused():
         queue.push(torch.randn(2, 3), None)
     with pytest.raises(ValueError, match=r"\(n, d\) embeddings with \(n,\) labels"):
         queue.push(torch.randn(2, 3), torch.tensor([0]))
+
+
+def filled(loss, K: int = 7, d: int = 4, seed: int = 11) -> tuple[torch.Tensor, torch.Tensor]:
+    """Push K random unit rows with labels 0..4 (some shared with the batch, label 5 not) into the
+    loss's queue, as earlier steps would have; return them."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = F.normalize(torch.randn(K, d, generator=gen, dtype=torch.float64), dim=-1)
+    row_labels = torch.tensor([0, 1, 2, 5, 3, 0, 1])[:K]
+    loss.queue.push(rows, row_labels)
+    return rows, row_labels
+
+
+@pytest.mark.parametrize("positives, queue_positives", [("views", False), ("labels", False), ("labels", True)])
+@pytest.mark.parametrize("case", list(CASES))
+def test_queue_rows_are_extra_candidates_of_the_loop_reference(case, positives, queue_positives):
+    """Value and gradient against the float64 loop with the queue rows appended as candidates; the
+    default M counts the rows; queue rows in use take the general path. (queue_positives with view
+    positives is refused: test_queue_positives_need_label_positives.)"""
+    kwargs, method, eta, tau_plus = CASES[case]
+    loss = build_loss(method, positives=positives, queue_size=16, queue_positives=queue_positives, **kwargs).eval()
+    queue = filled(loss)
+    f = features(seed=5).requires_grad_()
+    ours = loss(f, LABELS)
+    assert loss.last_path == "general" and len(loss.queue) == 7, "eval mode reads the queue and does not fill it"
+    f_ref = f.detach().clone().requires_grad_()
+    ref = reference_loss(f_ref, LABELS, method=method, positives=positives, eta=eta, tau_plus=tau_plus, queue=queue,
+                         queue_positives=queue_positives)
+    assert abs(ours.item() - ref.item()) < 1e-9
+    without = reference_loss(f_ref, LABELS, method=method, positives=positives, eta=eta, tau_plus=tau_plus)
+    assert abs(ours.item() - without.item()) > 1e-4, "the queue must change the loss for this check to mean anything"
+    ours.backward()
+    ref.backward()
+    torch.testing.assert_close(f.grad, f_ref.grad, atol=1e-10, rtol=1e-8)
+
+
+def test_explicit_M_with_a_queue_matches_the_reference():
+    loss = build_loss("hscl-beta", beta=1.0, M=5.0, queue_size=8).eval()
+    queue = filled(loss)
+    f = features(seed=2)
+    ref = reference_loss(f, LABELS, method="hscl-beta", positives="labels", eta=lambda t: torch.exp(t), M=5.0,
+                         queue=queue)
+    assert abs(loss(f, LABELS).item() - ref.item()) < 1e-9
+
+
+def test_training_call_pushes_the_gathered_batch_after_reading_the_queue():
+    """The first call meets an empty queue (the fused path), then the batch's normalised rows are
+    in it, image-major with their labels; the second call reads them (the general path)."""
+    loss = build_loss("hscl-beta", queue_size=30)
+    f = features(seed=1)
+    first = loss(f, LABELS)
+    assert loss.last_path == "fused"
+    assert first.item() == pytest.approx(build_loss("hscl-beta")(f, LABELS).item(), abs=1e-12)
+    rows, row_labels = loss.queue.rows()
+    torch.testing.assert_close(rows, F.normalize(f, dim=-1).flatten(0, 1))
+    assert row_labels.tolist() == LABELS.repeat_interleave(2).tolist() and not rows.requires_grad
+    second = loss(f, LABELS)
+    assert loss.last_path == "general" and len(loss.queue) == 30
+    ref = reference_loss(f, LABELS, method="hscl-beta", positives="labels", eta=lambda t: torch.exp(t),
+                         queue=(rows, row_labels))
+    assert second.item() == pytest.approx(ref.item(), abs=1e-9)
+
+
+def test_unlabelled_methods_keep_an_unlabelled_queue():
+    loss = build_loss("hucl", beta=1.0, queue_size=8)
+    loss(features(seed=4))
+    rows, row_labels = loss.queue.rows()
+    assert row_labels is None and len(loss.queue) == 8
+    f = features(seed=9)
+    ref = reference_loss(f, None, method="hucl", positives="views", eta=lambda t: torch.exp(t), queue=(rows, None))
+    assert loss(f).item() == pytest.approx(ref.item(), abs=1e-9)
+
+
+def test_queue_is_off_before_its_start_epoch():
+    loss = build_loss("scl", queue_size=8, queue_start_epoch=2)
+    f = features(seed=6)
+    loss.set_epoch(1)
+    assert loss(f, LABELS).item() == pytest.approx(build_loss("scl")(f, LABELS).item(), abs=1e-12)
+    assert len(loss.queue) == 0 and loss.last_path == "fused"
+    loss.set_epoch(2)
+    loss(f, LABELS)
+    loss(f, LABELS)
+    assert len(loss.queue) == 8 and loss.last_path == "general"
+
+
+@pytest.mark.parametrize("method, kwargs", [
+    ("ucl", {}),
+    ("hucl", {}),
+    ("scl", {"positives": "views"}),
+    ("hscl-beta", {"queue_size": None}),
+])
+def test_queue_positives_need_label_positives(method, kwargs):
+    options = {"queue_size": 8, "queue_positives": True, **kwargs}
+    with pytest.raises(ValueError, match="queue_positives=True needs a queue .* and positives='labels'"):
+        build_loss(method, **options)

@@ -19,6 +19,7 @@ from typing import Any, get_args
 from hscl_zoo._table import NamedTable
 from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, LinearThresholdSchedule, Threshold
 from hscl_zoo.losses.objective import ContrastiveLoss, Negatives, Positives
+from hscl_zoo.losses.queue import MemoryQueue
 
 __all__ = [
     "Hyperparameter",
@@ -31,7 +32,7 @@ __all__ = [
     "build_loss",
 ]
 
-COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M")
+COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M", "queue_size", "queue_positives", "queue_start_epoch")
 """`build_loss` keywords every method takes (see `ContrastiveLoss`)."""
 
 _LOSS_KEYWORDS = ("tau_plus",)
@@ -177,7 +178,10 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
     threshold (hscl-tau, or hucl instead of beta: a cosine level in [-1, 1] or a
     `LinearThresholdSchedule`; default 0.0); tau_plus (hucl debiasing, default 0); and
     detach_weights (False; the official script keeps the weights' gradient for beta >= 1 and, in
-    one version of its file, detaches them for beta < 1) for methods whose weights have a gradient. An
+    one version of its file, detaches them for beta < 1) for methods whose weights have a gradient.
+    queue_size K (None/0: no queue) adds a `MemoryQueue` of the last K embeddings of earlier
+    batches as extra candidates, from epoch queue_start_epoch (1); queue_positives (False) also
+    makes its same-label rows positives (label positives only). An
     option that has no effect on the method is refused. For another hardening function,
     `register_method` a `MethodSpec` or construct `ContrastiveLoss`. See docs/losses.md.
     """
@@ -216,6 +220,9 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
         M=kwargs.get("M"),
         detach_weights=kwargs.get("detach_weights", False),
         name=spec.name,
+        queue=MemoryQueue(kwargs["queue_size"], start_epoch=kwargs.get("queue_start_epoch", 1))
+        if kwargs.get("queue_size") else None,
+        queue_positives=kwargs.get("queue_positives", False),
         **{k: values[k] for k in _LOSS_KEYWORDS if values.get(k) is not None},
     )
 

@@ -34,6 +34,7 @@ from hscl_zoo.losses.hardening import (
     Threshold,
     log_hardening_weight,
 )
+from hscl_zoo.losses.queue import MemoryQueue, queue_masks
 
 Positives = Literal["views", "labels"]
 Negatives = Literal["other-images", "other-labels"]
@@ -55,9 +56,14 @@ class ContrastiveLoss(nn.Module):
             scaled similarity t = s / temperature; an anchor whose negatives all get weight 0
             falls back to uniform weights.
         temperature: gamma in g = s / gamma (the paper uses 0.5).
-        M: the constant in front of the negative term; None means (global embeddings) - 2.
+        M: the constant in front of the negative term; None means (global embeddings + queue rows
+            in use) - 2.
         tau_plus: class prior of the debiased H-UCL estimator (Chuang/Robinson); 0 disables it.
         detach_weights: stop gradients through the hardening weights.
+        queue: a `MemoryQueue` whose rows (earlier steps' detached embeddings) are extra candidates
+            for every anchor, by the rule of `negatives` and with the same weights; in training
+            mode each call then pushes the gathered batch into it (hscl_zoo.losses.queue).
+        queue_positives: also make same-label queue rows positives (needs positives="labels").
 
     Edge cases: an anchor with no negative (a one-class batch for SCL) or no positive contributes
     nothing; if no pair contributes, the loss is an exact, differentiable 0.
@@ -65,7 +71,8 @@ class ContrastiveLoss(nn.Module):
     Paths: each call runs the fused path (`hscl_zoo.losses.fused`) when `fused_applicable` says it
     keeps full precision for this weighting, temperature, M and number of embeddings, else the
     general log-space path; `last_path` ("fused" or "general", None before the first call) says
-    which ran. Setting `allow_fused = False` on an instance forces the general path. Second
+    which ran; queue rows in use always take the general path. Setting `allow_fused = False` on an
+    instance forces the general path. Second
     derivatives (backward with create_graph=True) are exact on both paths.
 
     Under torch.distributed the features and labels of every process are gathered with gradient,
@@ -89,6 +96,8 @@ class ContrastiveLoss(nn.Module):
         tau_plus: float = 0.0,
         detach_weights: bool = False,
         name: str = "contrastive",
+        queue: MemoryQueue | None = None,
+        queue_positives: bool = False,
     ) -> None:
         super().__init__()
         if negatives not in ("other-images", "other-labels"):
@@ -111,22 +120,34 @@ class ContrastiveLoss(nn.Module):
         self.tau_plus = float(tau_plus)
         self.detach_weights = bool(detach_weights)
         self.name = name
+        if queue_positives and (queue is None or positives != "labels"):
+            raise ValueError(
+                f"{name}: queue_positives=True needs a queue (queue_size > 0) and positives='labels' (got "
+                f"{positives!r}): a queue row is never another view of the anchor's image, so only a same-label "
+                "row can be a positive. Drop queue_positives, or use label positives."
+            )
+        self.queue = queue
+        self.queue_positives = bool(queue_positives)
 
     @property
     def needs_labels(self) -> bool:
         return self.negatives == "other-labels" or self.positives == "labels"
 
     def set_epoch(self, epoch: int) -> None:
-        """Advance a threshold schedule, if this loss has one (1-based epoch)."""
+        """Advance a threshold schedule and switch a memory queue on at its start epoch, if this
+        loss has them (1-based epoch)."""
         level = getattr(self.hardening, "level", None)
         if isinstance(level, LinearThresholdSchedule):
             level.set_epoch(epoch)
+        if self.queue is not None:
+            self.queue.set_epoch(epoch)
 
     def extra_repr(self) -> str:
         return (
             f"name={self.name!r}, negatives={self.negatives!r}, positives={self.positives!r}, "
             f"hardening={self.hardening!r}, temperature={self.temperature}, M={self.M}, "
-            f"tau_plus={self.tau_plus}, detach_weights={self.detach_weights}"
+            f"tau_plus={self.tau_plus}, detach_weights={self.detach_weights}, queue={self.queue!r}, "
+            f"queue_positives={self.queue_positives}"
         )
 
     def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
@@ -135,6 +156,9 @@ class ContrastiveLoss(nn.Module):
             z = normalized(features, loss_name=self.name)
             z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
             pair_sum, pair_count = self.pair_psi_sum(z, z_all, labels_all, offset)
+            if self.queue is not None and self.queue.active and self.training:
+                row_labels = None if labels_all is None else labels_all.repeat_interleave(z.shape[1])
+                self.queue.push(z_all.detach().flatten(0, 1), row_labels)
             if is_distributed():
                 pair_count = pair_count.clone()
                 torch.distributed.all_reduce(pair_count)
@@ -148,12 +172,15 @@ class ContrastiveLoss(nn.Module):
         reduced over processes: `forward` does that; the diagnostics call this on one batch.
         """
         candidates = z_all.shape[0] * z.shape[1]
+        queued = self.queue.rows() if self.queue is not None and self.queue.active and len(self.queue) else None
+        candidates += 0 if queued is None else queued[0].shape[0]
         M = self.M if self.M is not None else max(candidates - 2, 1)
-        fused = self.allow_fused and fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype, candidates)
+        fused = queued is None and self.allow_fused and fused_applicable(
+            self.hardening, self.tau_plus, self.temperature, M, z.dtype, candidates)
         self.last_path = "fused" if fused else "general"
         if fused:
             return self._fused_psi_sum(z, z_all, labels_all, offset, M)
-        return self._masked_psi_sum(z, z_all, labels_all, offset, M)
+        return self._masked_psi_sum(z, z_all, labels_all, offset, M, queued)
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views; its second
@@ -165,14 +192,25 @@ class ContrastiveLoss(nn.Module):
                              label_negatives=self.negatives == "other-labels", M=M, temperature=self.temperature,
                              hardening=self.hardening, detach_weights=self.detach_weights, general=general)
 
-    def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
-        """The general path: any hardening function, H-UCL debiasing, any temperature."""
+    def _masked_psi_sum(
+        self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float,
+        queued: tuple[Tensor, Tensor | None] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The general path: any hardening function, H-UCL debiasing, any temperature, and the
+        memory queue's rows (`queued`: embeddings and labels) as extra candidate columns."""
         B, V, d = z.shape
         n_all = z_all.shape[0] * V
         g = _ScaledGram.apply(z.reshape(B * V, d), z_all.reshape(n_all, d), 1.0 / self.temperature)
         sets = pair_sets(B, V, z_all.shape[0], offset, labels_all, device=z.device)
         negative = sets.other_images if self.negatives == "other-images" else sets.other_labels
         positive = sets.same_image if self.positives == "views" else sets.same_label
+        if queued is not None:
+            rows, row_labels = queued
+            anchor_labels = None if labels_all is None else labels_all[offset : offset + B].repeat_interleave(V)
+            extra = queue_masks(anchor_labels, row_labels, n_anchors=B * V, n_rows=rows.shape[0], device=z.device,
+                                label_negatives=self.negatives == "other-labels", label_positives=self.queue_positives)
+            g = torch.cat([g, _ScaledGram.apply(z.reshape(B * V, d), rows.to(z), 1.0 / self.temperature)], dim=1)
+            negative, positive = torch.cat([negative, extra[0]], dim=1), torch.cat([positive, extra[1]], dim=1)
         has_negative = negative.any(dim=1)
         log_mean = log_weighted_mean_exp(g, negative, has_negative, self.hardening, self.detach_weights)
         if self.tau_plus > 0:

@@ -111,38 +111,28 @@ class MemoryQueue:
         self.labels = state["labels"].to(device).clone() if bool(state["labelled"]) else None
 
 
-def queue_columns(
-    anchors: Tensor,
+def queue_masks(
     anchor_labels: Tensor | None,
-    queue: MemoryQueue,
+    row_labels: Tensor | None,
     *,
-    temperature: float,
+    n_anchors: int,
+    n_rows: int,
     label_negatives: bool,
     label_positives: bool,
-) -> tuple[Tensor, Tensor, Tensor] | None:
-    """The queue's candidate columns for the general path, or None when it adds none.
-
-    Returns g (n, K) = anchors . rows / temperature and the (n, K) boolean masks of negative and
-    positive rows: every row is a negative for "other-images", a different-label row for
-    "other-labels"; with ``label_positives`` a same-label row is a positive.
-    """
-    if not queue.active or len(queue) == 0:
-        return None
-    rows, labels = queue.rows()
-    g = anchors @ rows.to(anchors).T / temperature
-    if (label_negatives or label_positives) and (labels is None or anchor_labels is None):
+    device: torch.device,
+) -> tuple[Tensor, Tensor]:
+    """(anchors x queue rows) boolean masks of negative and positive rows: every row is a negative
+    without ``label_negatives`` (other images), a different-label row with it; with
+    ``label_positives`` a same-label row is a positive, else no row is."""
+    if (label_negatives or label_positives) and (anchor_labels is None or row_labels is None):
         raise ValueError("this loss compares labels with the queue's rows but the queue holds none: "
-                         "fill it with a labelled loss (pass labels).")
-    same = anchor_labels[:, None] == labels[None, :] if labels is not None and anchor_labels is not None else None
-    negative = ~same if label_negatives else torch.ones_like(g, dtype=torch.bool)
-    positive = same if label_positives else torch.zeros_like(g, dtype=torch.bool)
-    return g, negative, positive
+                         "fill it through a loss that gathers labels (pass labels).")
+    if anchor_labels is None or row_labels is None:
+        shape = (n_anchors, n_rows)
+        return torch.ones(shape, dtype=torch.bool, device=device), torch.zeros(shape, dtype=torch.bool, device=device)
+    same = anchor_labels[:, None] == row_labels.to(anchor_labels.device)[None, :]
+    negative = ~same if label_negatives else torch.ones_like(same)
+    return negative, same if label_positives else torch.zeros_like(same)
 
 
-def default_m(batch_embeddings: int, queue: MemoryQueue | None) -> float:
-    """The default M: (global batch embeddings + queue rows in use) - 2, at least 1."""
-    rows = len(queue) if queue is not None and queue.active else 0
-    return max(batch_embeddings + rows - 2, 1)
-
-
-__all__ = ["MemoryQueue", "default_m", "queue_columns"]
+__all__ = ["MemoryQueue", "queue_masks"]

@@ -25,27 +25,36 @@ def reference_loss(
     eta: Callable[[torch.Tensor], torch.Tensor] | None = None,
     tau_plus: float = 0.0,
     M: float | None = None,
+    queue: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    queue_positives: bool = False,
 ) -> torch.Tensor:
     """Mean over (anchor, positive) pairs of log(1 + M e^{-g_ip} E_i), E_i the eta-weighted mean
-    of e^{g_ij} over anchor i's negatives. Returns a differentiable scalar."""
+    of e^{g_ij} over anchor i's negatives. Returns a differentiable scalar.
+
+    `queue` (rows (K, d), labels (K,) or None) appends K candidates after the batch, each an image
+    of its own and never an anchor; a same-label row is a positive only with `queue_positives`."""
     B, V, _ = features.shape
+    rows, row_labels = queue if queue is not None else (features.new_zeros(0, features.shape[-1]), None)
     z = features / features.norm(dim=-1, keepdim=True)
-    image = [b for b in range(B) for _ in range(V)]
-    flat = z.reshape(B * V, -1)
+    image = [b for b in range(B) for _ in range(V)] + [B + k for k in range(rows.shape[0])]
+    flat = torch.cat([z.reshape(B * V, -1), rows / rows.norm(dim=-1, keepdim=True)])
     N = B * V
-    M = N - 2 if M is None else M
+    label = [] if labels is None else [int(labels[a]) for a in image[:N]]
+    label += [] if row_labels is None else [int(y) for y in row_labels]
+    M = len(image) - 2 if M is None else M
     terms = []
     for i in range(N):
         def same_label(j: int) -> bool:
-            return labels is not None and int(labels[image[j]]) == int(labels[image[i]])
+            return labels is not None and label[j] == label[i]
 
         negatives = [
-            j for j in range(N)
+            j for j in range(len(image))
             if image[j] != image[i] and (method in UNSUPERVISED or not same_label(j))
         ]
         positive = [
-            j for j in range(N)
-            if j != i and (image[j] == image[i] or (positives == "labels" and same_label(j)))
+            j for j in range(len(image))
+            if j != i and (image[j] == image[i]
+                           or (positives == "labels" and same_label(j) and (j < N or queue_positives)))
         ]
         if not negatives or not positive:
             continue
