@@ -65,6 +65,7 @@ QUEUED = ["--subset", "128", "--batch_size", "32", "--epochs", "2", "--probe_epo
           "--queue_size", "96", "--queue_positives", "true"]
 
 
+@pytest.mark.slow
 def test_resume_with_a_queue_reaches_the_uninterrupted_weights(recipe, tmp_path, capsys):
     """A 2-epoch run with a queue (4 steps of 64 embeddings an epoch into 96 rows), resumed from its
     epoch-1 checkpoint, ends at the same weights; resumed with the queue emptied it does not (so
