@@ -1,12 +1,17 @@
 """The labelled memory queue (hscl_zoo.losses.queue) and the loss reading it as extra candidates."""
 
+import os
+
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from hscl_zoo import build_loss
 from hscl_zoo.losses.queue import MemoryQueue
 from hscl_zoo.losses.reference import reference_loss
+from tests.test_distributed import SIZES, _free_port, full_batch
 from tests.test_losses import CASES, LABELS, features
 
 
@@ -167,3 +172,41 @@ def test_queue_positives_need_label_positives(method, kwargs):
     options = {"queue_size": 8, "queue_positives": True, **kwargs}
     with pytest.raises(ValueError, match="queue_positives=True needs a queue .* and positives='labels'"):
         build_loss(method, **options)
+
+
+def _queue_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        loss = build_loss("hscl-beta", queue_size=64, queue_positives=True)
+        start, stop = sum(SIZES[:rank]), sum(SIZES[: rank + 1])
+        for seed in (0, 1):
+            f, labels = full_batch(seed)
+            local = f[start:stop].clone().requires_grad_()
+            value = loss(local, labels[start:stop])
+            value.backward()
+        torch.save({"rows": loss.queue.rows(), "loss": value.detach(), "grad": local.grad},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_queue_of_global_batches(tmp_path):
+    """Each process's queue holds every process's rows (the gathered batch, in rank order), and
+    with those rows the loss and gradients are one process's on the concatenated batch."""
+    world = 2
+    mp.spawn(_queue_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    single = build_loss("hscl-beta", queue_size=64, queue_positives=True)
+    for seed in (0, 1):
+        f, labels = full_batch(seed)
+        whole = f.clone().requires_grad_()
+        expected = single(whole, labels)
+    expected.backward()
+    for r in ranks:
+        for ours, theirs in zip(r["rows"], single.queue.rows()):
+            torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+    assert sum(r["loss"] for r in ranks).item() / world == pytest.approx(expected.item(), abs=1e-10)
+    grads = torch.cat([r["grad"] for r in ranks]) / world
+    torch.testing.assert_close(grads, whole.grad, atol=1e-10, rtol=1e-8)
