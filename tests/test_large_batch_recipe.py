@@ -10,6 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hscl_zoo.losses.queue import MemoryQueue
+from hscl_zoo.training import PretrainConfig
+from hscl_zoo.training.publishing import training_summary
 from hscl_zoo.training.steps import check_chunk_size
 from tests.test_pretrain import ONE_STEP, load_recipe, run_main
 
@@ -93,3 +95,13 @@ def test_resume_with_a_queue_reaches_the_uninterrupted_weights(recipe, tmp_path,
     (checkpoints / "epoch_0001" / "queue.safetensors").unlink()
     message = run_main(recipe, ["--output_dir", str(run), "--resume"], capsys)
     assert "cannot resume from" in message and "queue.safetensors" in message
+
+
+def test_training_summary_counts_the_queue():
+    cfg = PretrainConfig(method="hscl-beta", batch_size=64, queue_size=1024, queue_positives=True)
+    summary = training_summary(cfg, num_processes=1, num_classes=4)
+    assert summary["expected_negatives_per_anchor"] == round((64 * 2 + 1024) * 3 / 4)
+    assert summary["hyperparameters"]["M"] == "global embeddings + queue rows - 2"
+    assert summary["hyperparameters"]["queue_size"] == 1024
+    ucl = training_summary(PretrainConfig(method="ucl", batch_size=64, queue_size=1024), 1, 4)
+    assert ucl["expected_negatives_per_anchor"] == 63 * 2 + 1024

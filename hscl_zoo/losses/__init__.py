@@ -7,6 +7,7 @@ functions, the global-batch gather, the paper's diagnostics and the method table
     distributed   gathering the global batch with gradient under torch.distributed
     methods       MethodSpec, the method table and build_loss
     diagnostics   Assumption 1 and the Lemma-1 losses of the paper's Sec. V-B
+    queue         MemoryQueue: a labelled FIFO of earlier batches' rows, extra candidates
     reference     a plain-loop float64 implementation, for tests and benchmarks
 """
 
@@ -21,6 +22,7 @@ from hscl_zoo.losses.methods import (
     register_method,
 )
 from hscl_zoo.losses.objective import ContrastiveLoss
+from hscl_zoo.losses.queue import MemoryQueue
 
 __all__ = [
     "ContrastiveLoss",
@@ -29,6 +31,7 @@ __all__ = [
     "LOSS_NAMES",
     "LinearThresholdSchedule",
     "METHODS",
+    "MemoryQueue",
     "MethodSpec",
     "Threshold",
     "build_loss",

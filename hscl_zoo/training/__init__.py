@@ -4,7 +4,8 @@ monitors, and the Hub-ready folder at the end.
     config          PretrainConfig: defaults, YAML files, --key value overrides
     pretrain        pretrain(argv) / main(argv): the loop `recipes/pretrain.py` runs
     monitoring      the kNN monitor, the paper's diagnostics, metrics.jsonl upkeep
-    checkpointing   per-epoch checkpoints that a crash cannot corrupt
+    checkpointing   per-epoch checkpoints that a crash cannot corrupt (and the loss's memory queue)
+    steps           the gradient-cache step the loop takes with chunk_size
     publishing      the run's training summary, model card and metrics beside its weights
 """
 

@@ -31,11 +31,12 @@ def expected_negatives_per_anchor(cfg: PretrainConfig, num_classes: int) -> int:
     size and the class count, not counted during training: every other image's views for a method
     whose negatives are other images (UCL, H-UCL; exact); for one whose negatives are other labels
     (SCL, H-SCL) the other-label views of a class-balanced batch, (C - 1) / C of them (a real
-    batch's count varies with the labels it draws)."""
-    others = (cfg.batch_size - 1) * cfg.views
+    batch's count varies with the labels it draws). A memory queue adds its rows once full, in
+    the same proportion."""
+    others = (cfg.batch_size - 1) * cfg.views + cfg.queue_size
     if cfg.method_spec.negatives == "other-images":
         return others
-    return round(cfg.batch_size * cfg.views * (num_classes - 1) / num_classes)
+    return round((cfg.batch_size * cfg.views + cfg.queue_size) * (num_classes - 1) / num_classes)
 
 
 def training_summary(
