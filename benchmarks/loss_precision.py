@@ -1,6 +1,6 @@
 """Float32 precision of the five losses against the float64 loop reference, per temperature.
 
-For each batch kind, temperature, case of `tests/reference_losses.PRECISION_CASES` and positives
+For each batch kind, temperature, case of `hscl_zoo.losses.reference.PRECISION_CASES` and positives
 mode it feeds `build_loss(...)` a float32 batch and `reference_loss` its float64 copy, and records
 the relative error of the value and of the gradient (max |error| / max |reference entry|) on the
 path the loss picks (`last_path`). Batch kinds: `random` (Gaussian features), `distinct`
@@ -21,12 +21,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from reference_losses import PRECISION_CASES, random_batch, reference_value_and_grad, relative_errors, trained_batch  # noqa: E402
-
-from hscl_zoo import build_loss  # noqa: E402
+from hscl_zoo import build_loss
+from hscl_zoo.losses.reference import PRECISION_CASES, random_batch, reference_value_and_grad, relative_errors, trained_batch
 
 KINDS = {
     "random": lambda B, d, seed: random_batch(B, 2, d, 4, seed),

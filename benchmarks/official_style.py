@@ -1,7 +1,9 @@
 """H-SCL(beta) computed the way the paper's released training script does it, for timing only.
 
 This is NOT the official code. It is our own transcription of its *approach*, written so that
-benchmarks/loss_bench.py can time that approach against hscl_zoo's vectorised log-space loss:
+benchmarks/loss_bench.py can time that approach against hscl_zoo's vectorised log-space loss
+without a copy of the official repository (with one, `loss_bench.py --official-repo PATH` times
+the official function itself, see `official_repo.py`):
 
 * the two views are concatenated view-major into N = 2B embeddings and the whole similarity
   matrix is exponentiated (dense arithmetic in exp space, no max-subtraction);

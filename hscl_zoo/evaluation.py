@@ -10,8 +10,10 @@ split). Accuracies are percentages in [0, 100], the unit of the paper's tables.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import datasets
@@ -20,10 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from hscl_zoo.data import require_internal_columns
+from hscl_zoo.data.datasets import load_splits, require_internal_columns
+from hscl_zoo.data.sources import source_options as pick_source_options
+from hscl_zoo.data.transforms import eval_transform
 
 if TYPE_CHECKING:
-    from hscl_zoo.data import LoadedData
+    from hscl_zoo.data.datasets import LoadedData
 
 
 class _TransformedImages(torch.utils.data.Dataset):
@@ -57,8 +61,8 @@ def extract_features(
         encode_fn: maps a float batch (B, 3, H, W) to features (B, D), e.g. a model's
             ``forward_features`` plus pooling. If it is an ``nn.Module`` or a bound method of
             one, that module is put in eval mode for the pass and its mode restored afterwards.
-        dataset: table with ``image`` and ``label`` columns (see ``hscl_zoo.data``).
-        transform: deterministic preprocessing, normally ``augment.eval_transform(cfg)``.
+        dataset: table with ``image`` and ``label`` columns (see ``hscl_zoo.data.datasets``).
+        transform: deterministic preprocessing, normally ``hscl_zoo.data.transforms.eval_transform(cfg)``.
         batch_size: images per forward pass.
         device: where the batches go; by default the device of the module's first parameter,
             else CPU.
@@ -305,10 +309,11 @@ def evaluate_encoder(
     num_workers: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Linear probe and kNN of a zoo encoder on a dataset's train/test splits.
+    """Linear probe and kNN of a zoo encoder on a dataset's train/test splits (unlabelled
+    training images left out).
 
     Features come from ``encoder.encode`` with the encoder's own eval preprocessing
-    (``encoder.transform``, else :func:`hscl_zoo.augment.eval_transform` of
+    (``encoder.transform``, else :func:`hscl_zoo.data.transforms.eval_transform` of
     ``encoder.pretrained_cfg``), extracted once per split and shared by both evaluations.
 
     Returns:
@@ -317,10 +322,9 @@ def evaluate_encoder(
         :func:`linear_probe`, plus the kNN settings under ``"knn"``) and ``head`` (a state dict
         for ``encoder.classifier``); all but ``head`` is JSON-serialisable.
     """
+    data = data.labelled()
     transform = getattr(encoder, "transform", None)
     if transform is None:
-        from hscl_zoo.augment import eval_transform
-
         transform = eval_transform(encoder.pretrained_cfg)
     options = {"batch_size": batch_size, "device": device, "num_workers": num_workers}
     train_f, train_y = extract_features(encoder.encode, data.train, transform, progress=progress, **options)
@@ -353,3 +357,67 @@ def evaluate_encoder(
         "head": probe.head,
     }
 
+
+
+EVAL_DEFAULTS = {"probe_epochs": 100, "knn_k": 20, "seed": 0}
+"""Probe settings used when neither the caller nor the model's recipe config sets them."""
+
+
+def evaluate_model(
+    source: Any,
+    dataset: str | None = None,
+    *,
+    data_dir: str | None = None,
+    subset: int | None = None,
+    probe_epochs: int | None = None,
+    knn_k: int | None = None,
+    seed: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+    **source_options: Any,
+) -> dict[str, Any]:
+    """Linear probe + kNN of any model ``hscl_zoo.load`` accepts, with the training run's settings
+    as defaults.
+
+    ``dataset`` may be own data (``imagefolder:PATH``, ...); ``source_options`` are its options
+    (see ``hscl_zoo.data.load_splits``), by default the run's own for its own dataset.
+
+    ``dataset``, ``data_dir``, ``subset``, ``seed``, ``probe_epochs`` and ``knn_k`` default to those
+    of the run that trained the model (the recipe config in its config.json), else to
+    :data:`EVAL_DEFAULTS`, so evaluating a run's hub folder repeats the run's own evaluation; the
+    run's ``data_dir`` and ``subset`` apply to its own dataset only, and a ``data_dir`` that is not
+    on this machine falls back to the Hub (with a note on stderr). Returns the
+    :func:`evaluate_encoder` dict without the head, plus ``model``, ``dataset``, ``data_dir`` and
+    ``subset``; JSON-serialisable.
+
+    The probe trains its own head on frozen features, so any dataset works (transfer included).
+    Raises ``ValueError`` (or ``OSError``) for a model that does not load, a bad dataset, and a
+    model without a training dataset when ``dataset`` is not given.
+    """
+    from hscl_zoo.zoo.hub import load  # the zoo imports this module
+
+    target = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    model = load(source, device=target)
+    training = model.training_summary or {}
+    recipe = training.get("recipe_config") or {}
+    dataset = dataset or training.get("dataset")
+    if dataset is None:
+        raise ValueError("the model's config names no training dataset: pass --dataset.")
+    same_data = recipe if dataset == training.get("dataset") else {}
+    if data_dir is None and same_data.get("data_dir") is not None:
+        data_dir = same_data["data_dir"]
+        if not Path(data_dir).is_dir():
+            print(f"note: the run's data_dir {data_dir} is not here; reading {dataset} from the Hub "
+                  "(pass --data_dir to use a local copy).", file=sys.stderr)
+            data_dir = None
+    given = {"probe_epochs": probe_epochs, "knn_k": knn_k, "seed": seed}
+    settings = {key: given[key] if given[key] is not None else recipe.get(key, default)
+                for key, default in EVAL_DEFAULTS.items()}
+    subset = subset if subset is not None else same_data.get("subset")
+    options = {**pick_source_options(same_data), **source_options}
+    data = load_splits(dataset, data_dir, subset=subset, seed=settings["seed"], **options)
+    result = evaluate_encoder(model, data, epochs=settings["probe_epochs"], knn_k=settings["knn_k"],
+                              seed=settings["seed"], device=target, progress=progress)
+    result.pop("head")
+    result.update(model=str(source), dataset=dataset, data_dir=data_dir, subset=subset)
+    return result

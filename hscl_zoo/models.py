@@ -3,14 +3,16 @@
 A ``ContrastiveEncoder`` is fully described by a JSON-able config in the shape timm uses for Hub
 checkpoints (``architecture``, ``num_classes``, ``label_names``, ``pretrained_cfg``,
 ``model_args``), so ``ContrastiveEncoder.from_config(model.model_config())`` rebuilds the same
-architecture. This module knows nothing of files, the Hub or datasets; see ``hscl_zoo.hub``.
+architecture. This module knows nothing of files, the Hub or datasets (see ``hscl_zoo.zoo.hub``);
+it needs timm and the evaluation transform (``hscl_zoo.data.transforms``) only.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import timm
 import torch
@@ -19,7 +21,10 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models.resnet import ResNet
 from torch import nn
 
-from hscl_zoo.augment import eval_transform
+from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS, eval_transform
+
+if TYPE_CHECKING:
+    from hscl_zoo.zoo.saving import PushResult
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
 
@@ -29,8 +34,6 @@ SMALL_IMAGE_MAX_SIZE = 64
 CONFIG_LIBRARY_NAME = "hscl_zoo"
 """Marks a config.json as an hscl_zoo encoder (as opposed to a plain timm checkpoint)."""
 
-_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
-_CROP_MODES = ("center", "squash")
 _MODEL_ARG_KEYS = ("image_size", "small_stem", "proj_hidden_dim", "proj_dim")
 _RESERVED_TIMM_KWARGS = ("num_classes", "model_name", "pretrained_cfg", "checkpoint_path")
 
@@ -137,10 +140,10 @@ class ContrastiveEncoder(nn.Module):
         proj_dim = _check_positive_int("proj_dim", proj_dim)
         if small_stem is not None and not isinstance(small_stem, bool):
             raise ValueError(f"small_stem must be True, False or None (auto), got {small_stem!r}.")
-        if interpolation not in _INTERPOLATIONS:
-            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}.")
-        if crop_mode not in _CROP_MODES:
-            raise ValueError(f"crop_mode must be one of {_CROP_MODES}, got {crop_mode!r}.")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {tuple(INTERPOLATIONS)}, got {interpolation!r}.")
+        if crop_mode not in CROP_MODES:
+            raise ValueError(f"crop_mode must be one of {CROP_MODES}, got {crop_mode!r}.")
         if not 0.0 < float(crop_pct) <= 1.0:
             raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct!r}.")
         reserved = sorted(set(timm_kwargs) & set(_RESERVED_TIMM_KWARGS))
@@ -205,7 +208,17 @@ class ContrastiveEncoder(nn.Module):
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """L2-normalised projection, shape (B, proj_dim): what the contrastive losses consume."""
-        return F.normalize(self.projector(self.encode(x)), dim=-1)
+        return _project(self.backbone, self.projector, x)
+
+    def projection_network(self) -> nn.Module:
+        """The part pretraining optimises, as one module: backbone and projection head, shared
+        with this encoder (not copied), its ``forward`` equal to :meth:`project`.
+
+        The linear classifier is trained afterwards by the probe; leaving it out keeps DDP free
+        of unused parameters, and the module's state dict holds exactly ``backbone.*`` and
+        ``projector.*``.
+        """
+        return _ProjectionNetwork(self.backbone, self.projector)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits of the linear head on the backbone features, shape (B, num_classes)."""
@@ -293,43 +306,56 @@ class ContrastiveEncoder(nn.Module):
             **extra,
         )
 
+    @classmethod
+    def from_pretrained(cls, source: Any, **kwargs: Any) -> ContrastiveEncoder:
+        """The Hugging Face spelling of ``hscl_zoo.load(source, **kwargs)``: a zoo name,
+        ``hf-hub:owner/name[@revision]``, ``local-dir:/path`` or a folder."""
+        from hscl_zoo.zoo.hub import load
 
-def create_model(
-    backbone: str,
-    num_classes: int,
-    image_size: int,
-    *,
-    small_stem: bool | None = None,
-    proj_hidden_dim: int = 512,
-    proj_dim: int = 128,
-    class_names: Sequence[str] | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-    interpolation: str = "bicubic",
-    crop_pct: float = 1.0,
-    crop_mode: str = "center",
-    pretrained: bool = False,
-    **timm_kwargs: Any,
-) -> ContrastiveEncoder:
+        return load(source, **kwargs)
+
+    def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None) -> Path:
+        """``hscl_zoo.save_pretrained(self, save_directory)``; ``training`` defaults to the summary the
+        model was loaded with, so a loaded model saves back whole. Returns the folder."""
+        from hscl_zoo.zoo.saving import save_pretrained
+
+        return save_pretrained(self, save_directory, training=self.training_summary if training is None else training)
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> PushResult:
+        """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,
+        revision, commit_message); ``training`` defaults as in ``save_pretrained``. Returns the
+        ``PushResult`` (commit and sha256 to pin)."""
+        from hscl_zoo.zoo.saving import push_to_hub
+
+        kwargs.setdefault("training", self.training_summary)
+        return push_to_hub(self, repo_id, **kwargs)
+
+
+class _ProjectionNetwork(nn.Module):
+    """Backbone and projection head of an encoder (see ``ContrastiveEncoder.projection_network``)."""
+
+    def __init__(self, backbone: nn.Module, projector: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.projector = projector
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _project(self.backbone, self.projector, x)
+
+
+def _project(backbone: nn.Module, projector: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(projector(backbone(x)), dim=-1)
+
+
+def create_model(backbone: str, num_classes: int, image_size: int, **options: Any) -> ContrastiveEncoder:
     """Build an untrained ``ContrastiveEncoder`` on any timm backbone (nothing is downloaded
-    unless ``pretrained=True``); see ``ContrastiveEncoder`` for the arguments.
+    unless ``pretrained=True``).
+
+    ``options`` are ``ContrastiveEncoder``'s keyword arguments, documented there: ``small_stem``,
+    ``proj_hidden_dim``, ``proj_dim``, ``class_names``, ``mean``, ``std``, ``interpolation``,
+    ``crop_pct``, ``crop_mode``, ``pretrained``, and any keyword of ``timm.create_model``.
 
     Example: ``hscl_zoo.create_model("resnet18", num_classes=10, image_size=32)`` gives a
     ResNet-18 with the CIFAR stem, a 512 -> 512 -> 128 projection head and a 10-way linear head.
     """
-    return ContrastiveEncoder(
-        backbone,
-        num_classes,
-        image_size,
-        small_stem=small_stem,
-        proj_hidden_dim=proj_hidden_dim,
-        proj_dim=proj_dim,
-        class_names=class_names,
-        mean=mean,
-        std=std,
-        interpolation=interpolation,
-        crop_pct=crop_pct,
-        crop_mode=crop_mode,
-        pretrained=pretrained,
-        **timm_kwargs,
-    )
+    return ContrastiveEncoder(backbone, num_classes, image_size, **options)

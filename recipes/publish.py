@@ -4,47 +4,19 @@
     python recipes/publish.py --run runs/c10 --repo-id me/hscl-beta-cifar10 --push  # upload (token: HF_TOKEN)
 
 The folder holds model.safetensors, config.json (architecture, preprocessing, training summary),
-a model card README.md rendered from hscl_zoo.cards, and metrics.json. Before anything is written
+a model card README.md rendered from hscl_zoo.zoo.cards, and metrics.json. Before anything is written
 the weights are loaded back strictly, so a broken run is refused. After a push, the line to pin
-the model in hscl_zoo/registry.py (repo, revision, sha256, metrics) is printed.
+the model in hscl_zoo/zoo/registry.py (repo, revision, sha256, metrics) is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-import hscl_zoo
-from hscl_zoo.hub import WEIGHTS_NAME, sha256_file
-from hscl_zoo.publishing import METRICS_NAME, write_hub_folder
-
-
-def build_folder(run: Path, out: Path, repo_id: str | None = None, name: str | None = None) -> Path:
-    """Rebuild the Hub folder of a run (its `hub/` written by pretrain.py) into `out`."""
-    source = run / "hub"
-    if not (source / WEIGHTS_NAME).is_file():
-        raise SystemExit(
-            f"error: {run} has no finished model ({source / WEIGHTS_NAME} is missing). "
-            f"Finish the run first: accelerate launch recipes/pretrain.py --output_dir {run} --resume"
-        )
-    try:
-        model = hscl_zoo.load(f"local-dir:{source.resolve()}")
-    except (ValueError, OSError) as error:
-        raise SystemExit(f"error: {source} does not load back strictly, refusing to publish it: {error}") from error
-    if not model.training_summary:
-        raise SystemExit(f"error: {source / 'config.json'} has no training summary; publish folders written by "
-                         "recipes/pretrain.py.")
-    try:
-        metrics = json.loads((source / METRICS_NAME).read_text())
-        evaluation = metrics["evaluation"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise SystemExit(f"error: {source / METRICS_NAME} is missing or has no 'evaluation' block ({error!r}); "
-                         "the run did not finish its linear probe.") from error
-    return write_hub_folder(model, out, training=model.training_summary, evaluation=evaluation,
-                            history=metrics.get("history"), name=name, repo_id=repo_id)
+from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -58,20 +30,16 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.push and not args.repo_id:
         parser.error("--push needs --repo-id owner/name.")
-    folder = build_folder(args.run, args.out or args.run / "hub", args.repo_id, args.name)
+    try:
+        folder = rebuild_hub_folder(args.run, args.out or args.run / "hub", repo_id=args.repo_id, name=args.name)
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"error: {error}") from error
     print(f"Hub-ready folder: {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     if args.push:
-        from huggingface_hub import HfApi
-
-        api = HfApi(token=os.environ.get("HF_TOKEN"))
-        api.create_repo(args.repo_id, repo_type="model", private=args.private, exist_ok=True)
-        commit = api.upload_folder(repo_id=args.repo_id, folder_path=folder, repo_type="model",
-                                   commit_message=f"Upload {args.name or args.repo_id} from hscl_zoo")
-        evaluation = json.loads((folder / METRICS_NAME).read_text())["evaluation"]
-        print(f"pushed: {commit.commit_url}")
-        print("pin it in hscl_zoo/registry.py:",
-              json.dumps({"hub_repo": args.repo_id, "revision": commit.oid, "sha256": sha256_file(folder / WEIGHTS_NAME),
-                          "metrics": {k: round(evaluation[k], 2) for k in ("top1", "top5", "knn_top1") if k in evaluation}}))
+        result = push_hub_folder(folder, args.repo_id, private=args.private,
+                                 commit_message=f"Upload {args.name or args.repo_id} from hscl_zoo")
+        print(f"pushed: {result.commit_url}")
+        print("pin it in hscl_zoo/zoo/registry.py:", json.dumps(registry_pin(folder, result)))
     return folder
 
 

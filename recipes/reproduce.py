@@ -1,23 +1,23 @@
 """Measure the paper's claims: the five methods x N seeds at a named budget, probed and summarised.
 
-    python recipes/reproduce.py --budget cpu-cifar10 --data_dir ../shared/data/cifar10
+    python recipes/reproduce.py --budget cpu-cifar10-10k --data_dir ../shared/data/cifar10
+    python recipes/reproduce.py --budget cpu-tinyimagenet-20k --data_dir ../shared/data/tinyimagenet --seeds 0
+    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only --readme README.md  # from the run files
     python recipes/reproduce.py --budget gpu-cifar10 --data_dir ../shared/data/cifar10 --seeds 0
 
 Each run is `recipes/pretrain.py` in its own process under `<out>/runs/<method>-s<seed>/`; a
 finished run is skipped and an interrupted one resumed, so re-running the command only does
 what is missing. Per run a JSON (`<out>/runs/<method>-s<seed>.json`), then from those files
-alone: `<out>/summary.md`, `<out>/summary.csv` and the Fig. 1 / 4 / 5 PNGs in `<out>/figures/`.
+alone: `<out>/summary.md` (tables, verdicts on the paper's claims), `<out>/summary.csv` and the
+figures in `<out>/figures/`. Budgets are defined in `hscl_zoo/reproduction/budgets.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -26,55 +26,33 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-from plot import plot_histories  # noqa: E402
+from hscl_zoo.losses import LOSS_NAMES, METHODS
+from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, method_settings
+from hscl_zoo.reproduction.figures import plot_histories
+from hscl_zoo.reproduction.report import quote_in_readme, render_markdown, write_csv
+from hscl_zoo.reproduction.summary import by_method, display
 
-from hscl_zoo.losses import LOSS_NAMES  # noqa: E402
-
-PAPER_TOP1 = {  # Table 1 of the paper (ResNet-50, 200 epochs, batch 512)
-    "cifar10": {"ucl": 89.16, "hucl": 90.35, "scl": 93.46, "hscl-beta": 93.98, "hscl-tau": 92.95},
-    "cifar100": {"ucl": 64.02, "hucl": 67.77, "scl": 71.68, "hscl-beta": 75.11, "hscl-tau": 72.97},
-    "stl10": {"ucl": 64.36, "hucl": 67.82, "scl": 68.28, "hscl-beta": 72.52, "hscl-tau": 71.02},
-    "tinyimagenet": {"ucl": 53.40, "hucl": 56.22, "scl": 62.06, "hscl-beta": 65.39, "hscl-tau": 63.84},
-}
-
-BUDGETS: dict[str, dict[str, Any]] = {
-    # Two shared CPU cores, one working session for 5 methods x 3 seeds: a 1,500-image
-    # class-balanced CIFAR-10 subset (300 test images), ResNet-18 with timm's stem (the paper's
-    # small stem is ~18x slower here), 6 epochs.
-    "cpu-cifar10": dict(dataset="cifar10", subset=1500, backbone="resnet18", stem="default", epochs=6,
-                        batch_size=128, probe_epochs=100, knn_k=50, monitor_train_size=1500),
-    # One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem.
-    "gpu-cifar10": dict(dataset="cifar10", backbone="resnet18", stem="small", epochs=50, batch_size=512,
-                        probe_epochs=100, knn_k=200, monitor_train_size=10000, mixed_precision="bf16",
-                        num_workers=12),
-    # The test suite's budget: seconds on the embedded digits.
-    "tiny-digits": dict(dataset="digits", subset=200, backbone="resnet18", stem="default", epochs=2,
-                        batch_size=64, probe_epochs=10, knn_k=20, monitor_train_size=200),
-}
-# Each method's hyperparameters, as in recipes/configs (the middle of the paper's grids).
-METHOD_SETTINGS: dict[str, dict[str, Any]] = {
-    "ucl": {}, "scl": {},
-    "hucl": {"beta": 1.0, "tau_plus": 0.1},
-    "hscl-beta": {"beta": 1.0},
-    "hscl-tau": {"threshold_start": -0.3, "threshold_end": 0.0},
-}
+PRETRAIN = Path(__file__).resolve().parent / "pretrain.py"
 
 
-def run_one(out: Path, budget: dict[str, Any], method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
+
+def run_one(out: Path, budget: Budget, method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
     """Train and probe one (method, seed), or reuse a finished run; return its result record."""
     run_dir = out / "runs" / f"{method}-s{seed}"
     record_path = out / "runs" / f"{method}-s{seed}.json"
     if record_path.is_file():
         return json.loads(record_path.read_text())
-    settings = {**budget, **METHOD_SETTINGS[method], "method": method, "seed": seed, "output_dir": str(run_dir)}
-    if data_dir is not None:
-        settings["data_dir"] = data_dir
-    cmd = [sys.executable, str(ROOT / "pretrain.py")]
+    cmd = [sys.executable, str(PRETRAIN)]
     if (run_dir / "config.json").is_file():
         cmd += ["--output_dir", str(run_dir), "--resume"]
     else:
+        try:
+            settings = {**budget.settings, **method_settings(out / "runs", method, seed), "method": method,
+                        "seed": seed, "output_dir": str(run_dir)}
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from error
+        if data_dir is not None:
+            settings["data_dir"] = data_dir
         cmd += [item for key, value in settings.items() for item in (f"--{key}", str(value))]
     started = time.perf_counter()
     print(f"[{method} seed {seed}] {' '.join(cmd[1:])}", flush=True)
@@ -101,107 +79,55 @@ def run_one(out: Path, budget: dict[str, Any], method: str, seed: int, data_dir:
 
 
 def hardware() -> str:
+    """The device the runs train on, named as the summary reports it."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    return f"CPU ({os.cpu_count()} cores, {platform.machine()}, torch threads {torch.get_num_threads()})"
+    threads = os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads()
+    return f"CPU ({os.cpu_count()} cores, {platform.machine()}, torch threads {threads})"
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+def summarise(out: Path, budget: Budget) -> str:
+    """Rewrite summary.md, summary.csv and the figures of `out` from its runs/*.json; return summary.md."""
+    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+    if not records:
+        raise SystemExit(f"error: {out / 'runs'} holds no finished run (*.json) to summarise yet.")
+    dataset = budget.settings["dataset"]
+    paper = {m: spec.paper_top1[dataset][0] for m, spec in METHODS.items() if dataset in spec.paper_top1}
+    text = render_markdown(budget.name, budget.description, budget.settings, records, paper)
+    (out / "summary.md").write_text(text)
+    write_csv(out / "summary.csv", records)
+    first_seed = {m: rs[0] for m, rs in by_method(records).items()}
+    plot_histories([(f"{display(m)} (seed {r['seed']})", r["history"]) for m, r in first_seed.items()], out / "figures")
+    return text
 
 
-def epochs_to_reach(curve: list[float], target: float) -> int | None:
-    """First epoch (1-based) at which a per-epoch accuracy curve reaches `target`."""
-    return next((i + 1 for i, value in enumerate(curve) if value >= target), None)
-
-
-def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per method, computed from the per-run records only."""
-    by_method = {m: [r for r in records if r["method"] == m] for m in LOSS_NAMES}
-    by_method = {m: rs for m, rs in by_method.items() if rs}
-
-    def knn_curve(rs: list[dict[str, Any]]) -> list[float]:
-        epochs = min(len(r["history"]) for r in rs)
-        return [statistics.fmean(r["history"][e]["knn_top1"] for r in rs) for e in range(epochs)]
-
-    scl_final = knn_curve(by_method["scl"])[-1] if "scl" in by_method else None
-    rows = []
-    for method, rs in by_method.items():
-        top1, top1_sd = mean_std([r["top1"] for r in rs])
-        top5, top5_sd = mean_std([r["top5"] for r in rs])
-        knn, knn_sd = mean_std([r["knn_top1"] for r in rs])
-        last = [r["history"][-1] for r in rs]
-        lemma_every_epoch = all(h["loss_hscl"] <= h["loss_hucl"] for r in rs for h in r["history"])
-        ucl_crosses = sum(r["history"][0]["loss_ucl"] < r["history"][0]["loss_hscl"]
-                          and r["history"][-1]["loss_ucl"] > r["history"][-1]["loss_hscl"] for r in rs)
-        rows.append({
-            "method": method,
-            "seeds": len(rs),
-            "top1_mean": top1, "top1_std": top1_sd,
-            "top5_mean": top5, "top5_std": top5_sd,
-            "knn_top1_mean": knn, "knn_top1_std": knn_sd,
-            "epochs_to_scl_final_knn": epochs_to_reach(knn_curve(rs), scl_final) if scl_final is not None else None,
-            "assumption_fraction_last": statistics.fmean(h["assumption_fraction"] for h in last),
-            "assumption_fraction_min": min(h["assumption_fraction"] for r in rs for h in r["history"]),
-            "lemma_hscl_le_hucl_every_epoch": lemma_every_epoch,
-            "seeds_where_ucl_crosses_hscl": ucl_crosses,
-            "train_minutes_mean": statistics.fmean(r["train_seconds"] for r in rs) / 60,
-        })
-    return rows
-
-
-def write_summary(out: Path, budget_name: str, budget: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> None:
-    with (out / "summary.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    paper = PAPER_TOP1.get(budget["dataset"], {})
-    text = io.StringIO()
-    text.write(f"# Reproduction: budget `{budget_name}`\n\n")
-    text.write("Settings: " + ", ".join(f"{k}={v}" for k, v in budget.items()) + "\n\n")
-    text.write(f"Hardware: {records[0]['hardware']}. Seeds per method: {rows[0]['seeds']}. ")
-    text.write(f"Total training time: {sum(r['train_seconds'] for r in records) / 60:.1f} min.\n\n")
-    text.write("| method | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | paper top-1 (%) | epochs to SCL's final kNN | "
-               "Assumption 1 at last epoch | L_HSCL <= L_HUCL every epoch | L_UCL crosses L_HSCL (seeds) | train min/run |\n")
-    text.write("|---|---|---|---|---|---|---|---|---|---|\n")
-    for r in rows:
-        reach = r["epochs_to_scl_final_knn"]
-        text.write(
-            f"| {r['method']} | {r['top1_mean']:.2f} ± {r['top1_std']:.2f} | {r['top5_mean']:.2f} ± {r['top5_std']:.2f} | "
-            f"{r['knn_top1_mean']:.2f} ± {r['knn_top1_std']:.2f} | {paper.get(r['method'], '-')} | "
-            f"{reach if reach is not None else 'not reached'} | {100 * r['assumption_fraction_last']:.1f}% | "
-            f"{'yes' if r['lemma_hscl_le_hucl_every_epoch'] else 'no'} | {r['seeds_where_ucl_crosses_hscl']}/{r['seeds']} | "
-            f"{r['train_minutes_mean']:.1f} |\n"
-        )
-    text.write(
-        "\nMeans ± sample standard deviations over seeds, recomputed from runs/*.json by "
-        "`recipes/reproduce.py`. Linear probe: frozen features, Adam, 100 epochs, last epoch "
-        "(see each run's probe_protocol). 'Epochs to SCL's final kNN' uses the per-epoch kNN monitor "
-        "(mean over seeds). Assumption 1 and the Lemma-1 losses are measured on training batches with "
-        "each run's hardening (threshold for H-SCL(tau), beta = 1 otherwise), label positives. "
-        "'L_UCL crosses L_HSCL': L_UCL < L_HSCL at the first epoch and > at the last (the paper's Fig. 5).\n"
-    )
-    (out / "summary.md").write_text(text.getvalue())
-
-
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description="Run the paper's five methods over seeds at a budget and summarise.")
     parser.add_argument("--budget", required=True, choices=sorted(BUDGETS))
     parser.add_argument("--data_dir", help="local parquet folder (e.g. ../shared/data/cifar10); default: the Hub")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(LOSS_NAMES), choices=LOSS_NAMES)
     parser.add_argument("--out", type=Path, help="results folder (default: results/<budget>)")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="train nothing: rewrite the summary and figures from the finished runs/*.json")
+    parser.add_argument("--readme", type=Path,
+                        help="also rewrite this README's <!-- results:BUDGET --> block with the summary's table and verdicts")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out or Path("results") / args.budget
     (out / "runs").mkdir(parents=True, exist_ok=True)
     budget = BUDGETS[args.budget]
-    records = [run_one(out, budget, m, s, args.data_dir) for s in args.seeds for m in args.methods]
-    rows = summarise(records)
-    write_summary(out, args.budget, budget, rows, records)
-    plot_histories([(f"{r['method']} (seed {r['seed']})", r["history"]) for r in records if r["seed"] == args.seeds[0]],
-                   out / "figures")
-    print((out / "summary.md").read_text())
-    return rows
+    if not args.summary_only:
+        for seed in args.seeds:
+            for method in (m for m in RUN_ORDER if m in args.methods):
+                run_one(out, budget, method, seed, args.data_dir)
+    text = summarise(out, budget)
+    if args.readme is not None:
+        try:
+            args.readme.write_text(quote_in_readme(args.readme.read_text(), budget.name, text))
+        except ValueError as error:
+            raise SystemExit(f"error: {args.readme}: {error}") from error
+    print(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""hscl_zoo.augment: SimCLR views, the eval transform, multi-view datasets, reproducible loaders."""
+"""hscl_zoo.data.transforms / views / loaders: SimCLR views, the eval transform, multi-view datasets,
+reproducible loaders."""
 
 from __future__ import annotations
 
@@ -10,17 +11,16 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
-from hscl_zoo.augment import (
-    MultiViewDataset,
+from hscl_zoo.data.datasets import label_array
+from hscl_zoo.data.loaders import SeededSampler, make_loader
+from hscl_zoo.data.transforms import (
     RandomGaussianBlur,
-    SeededSampler,
     blur_kernel_size,
     eval_transform,
     gaussian_blur,
-    make_loader,
     simclr_transform,
 )
-from hscl_zoo.data import label_array
+from hscl_zoo.data.views import MultiViewDataset
 
 MEAN = (0.5, 0.4, 0.3)
 STD = (0.2, 0.25, 0.3)

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hscl_zoo import cards
-from hscl_zoo.cards import render_card
 from hscl_zoo.models import create_model
-from hscl_zoo.registry import info, list_models
+from hscl_zoo.zoo import cards
+from hscl_zoo.zoo.cards import render_card
+from hscl_zoo.zoo.registry import info, list_models
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ROOT / "model_cards"
 TRAINING = {
     "dataset": "cifar100", "method": "hscl-beta", "hyperparameters": {"beta": 1.0, "temperature": 0.5, "lr": 0.001},
-    "epochs": 200, "global_batch_size": 512, "negatives_per_anchor": 1020,
-    "config": "recipes/configs/cifar100-hscl-beta.yaml",
+    "epochs": 200, "global_batch_size": 512, "expected_negatives_per_anchor": 1020,
+    "config": "recipes/configs/hscl-beta-cifar100.yaml",
 }
 
 
@@ -37,7 +37,7 @@ def trained_config():
 
 def test_checked_in_cards_equal_regenerated_ones():
     assert sorted(p.stem for p in CARDS.glob("*.md")) == list_models()
-    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.cards --out model_cards"
+    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.zoo.cards --out model_cards"
 
 
 def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
@@ -53,9 +53,35 @@ def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
     ])
     assert cards.main(["--out", str(out), "--check"]) == 1
     stderr = capsys.readouterr().err
-    assert "out of date" in stderr and f"python -m hscl_zoo.cards --out {out}" in stderr
+    assert "out of date" in stderr and f"python -m hscl_zoo.zoo.cards --out {out}" in stderr
     assert cards.main(["--out", str(out)]) == 0
     assert cards.check_cards(out) == [f"not a zoo name: {out / 'simclr-cifar10.md'}"]
+
+
+# The spec the cards must follow, written out here rather than read from the registry they render.
+HUB_DATASETS = {"stl10": "tanganke/stl10", "cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100",
+                "tinyimagenet": "zh-plus/tiny-imagenet"}
+CLASSES = {"stl10": 10, "cifar10": 10, "cifar100": 100, "tinyimagenet": 200}
+PIXELS = {"stl10": 96, "cifar10": 32, "cifar100": 32, "tinyimagenet": 64}
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_checked_in_card_states_its_dataset_config_and_stem(name):
+    """Each card against the dataset table of the README and the recipe config it names."""
+    method, dataset = next((m, d) for d in HUB_DATASETS for m in ("ucl", "hucl", "scl", "hscl-beta", "hscl-tau")
+                           if name == f"{m}-{d}")
+    card = (CARDS / f"{name}.md").read_text()
+    header = front_matter(card)
+    assert header["datasets"] == [HUB_DATASETS[dataset]]
+    assert {method, "resnet50"} <= set(header["tags"])
+    assert f"# {name}\n" in card and f"`hscl-zoo/{name}`" in card
+    assert f"# (1, {CLASSES[dataset]}) class probabilities" in card
+    assert f"{CLASSES[dataset]} classes at {PIXELS[dataset]}x{PIXELS[dataset]} pixels" in card
+    config_path = ROOT / "recipes" / "configs" / f"{name}.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    assert f"`recipes/configs/{name}.yaml`" in card
+    assert (config["dataset"], config["method"], config["backbone"]) == (dataset, method, "resnet50")
+    assert ("uses timm's default ResNet stem" in card) == (config["stem"] == "default")
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -86,9 +112,9 @@ def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
     assert {"type": "accuracy", "value": 75.3, "name": "Top-1 accuracy (linear probe)"} in result["metrics"]
     assert {"type": "knn_accuracy", "value": 71.5, "name": "Top-1 accuracy (kNN on frozen features)"} in result["metrics"]
     assert "| this model | 75.30 |" in card and "| paper, Table 1 | 75.11 |" in card
-    assert "| negatives per anchor | 1020 |" in card and "| `beta` | 1 |" in card
+    assert "| negatives per anchor (expected from the batch size) | 1020 |" in card and "| `beta` | 1 |" in card
     assert "| mean | 0.5070, 0.4865, 0.4409 |" in card and "| input size | 3 x 32 x 32 |" in card
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in card
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in card
     assert "Weights not published yet" not in card
 
 
@@ -101,8 +127,11 @@ def test_card_for_a_published_entry_has_model_index():
 
 def test_card_name_and_repo_override(trained_config):
     card = render_card(trained_config, {"top1": 70.0}, name="my-run", repo_id="me/my-run")
-    assert card.splitlines()[card.splitlines().index("# my-run")] == "# my-run"
-    assert 'hscl_zoo.load("hf-hub:me/my-run")' in card
+    body = card[4:].partition("\n---\n")[2]
+    assert body.lstrip("\n").splitlines()[0] == "# my-run"
+    assert front_matter(card)["model-index"][0]["name"] == "my-run"
+    assert 'hscl_zoo.load("hf-hub:me/my-run")' in card and "https://huggingface.co/me/my-run" in card
+    assert "hscl-beta-cifar100" not in body.split("## How to load")[0], "the registry name must not leak into the title"
 
 
 @pytest.mark.parametrize("results,message", [

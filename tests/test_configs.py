@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 from pathlib import Path
@@ -11,8 +10,10 @@ import pytest
 import yaml
 
 import hscl_zoo
-from hscl_zoo.config import PretrainConfig
-from hscl_zoo.registry import DATASETS, METHODS
+from hscl_zoo.data.catalog import DATASETS
+from hscl_zoo.losses.methods import LOSS_NAMES
+from hscl_zoo.training.config import PretrainConfig
+from hscl_zoo.training.pretrain import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "recipes" / "configs"
@@ -42,17 +43,10 @@ def _header(path: Path) -> str:
     return "\n".join(lines)
 
 
-def _load_pretrain():
-    spec = importlib.util.spec_from_file_location("_hscl_recipe_pretrain_cfgtest", REPO / "recipes" / "pretrain.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_one_config_per_registry_entry():
     on_disk = {p.relative_to(REPO).as_posix() for p in CONFIG_FILES}
     named = {e.config for e in ENTRIES.values()}
-    assert len(ENTRIES) == len(METHODS) * len(DATASETS) == 20
+    assert len(ENTRIES) == len(LOSS_NAMES) * 4 == 20  # the paper's five methods on its four datasets
     assert on_disk - named == set(), f"config files no registry entry names: {sorted(on_disk - named)}"
     assert named - on_disk == set(), f"registry entries without a config file: {sorted(named - on_disk)}"
     for entry in ENTRIES.values():
@@ -67,10 +61,10 @@ def test_config_is_the_papers_recipe(path: Path):
     entry = _entry_for(path)
 
     # name, registry entry and content agree
-    assert path.name == f"{cfg.dataset}-{cfg.method}.yaml"
+    assert path.name == f"{cfg.method}-{cfg.dataset}.yaml" == f"{entry.name}.yaml"
     assert (cfg.dataset, cfg.method) == (entry.dataset, entry.method)
     assert cfg.backbone == entry.backbone == "resnet50"
-    assert cfg.output_dir == f"runs/{cfg.dataset}-{cfg.method}"
+    assert cfg.output_dir == f"runs/{entry.name}"
 
     # the paper's training procedure, set explicitly in the file (not left to CPU defaults)
     for key, value in {"batch_size": 512, "epochs": 200, "temperature": 0.5, "optimizer": "adam", "lr": 1e-3,
@@ -112,24 +106,23 @@ def test_config_is_the_papers_recipe(path: Path):
 def test_documented_cpu_override_parses(monkeypatch):
     """The CPU command in each file's header is accepted by the recipe's own argument parser."""
     monkeypatch.chdir(REPO)  # the commands are written to run from the repository root
-    pretrain = _load_pretrain()
     for path in CONFIG_FILES:
         header = _header(path)
         match = re.search(r"accelerate launch recipes/pretrain.py (.*?)\n(?!\s*--)", header + "\n", re.S)
         assert match, f"{path.name}: no example command in the header"
         argv = shlex.split(match.group(1).replace("\\\n", " "))
-        cfg, args, overrides = pretrain.parse_args(argv)
+        cfg, args, overrides = parse_args(argv)
         assert args.config == path.relative_to(REPO).as_posix()
         assert (cfg.backbone, cfg.stem, cfg.epochs, cfg.batch_size) == ("resnet18", "default", 5, 128)
         assert cfg.mixed_precision == "no"  # the text 'no', not YAML's boolean false
         # everything not overridden still comes from the file
         assert (cfg.method, cfg.dataset, cfg.lr, cfg.temperature) == (
-            PretrainConfig.from_sources(path).method, path.stem.split("-", 1)[0], 1e-3, 0.5)
+            PretrainConfig.from_sources(path).method, _entry_for(path).dataset, 1e-3, 0.5)
 
 
 def test_unknown_key_is_refused_with_the_valid_keys(tmp_path: Path):
-    bad = tmp_path / "cifar10-scl.yaml"
-    bad.write_text((CONFIG_DIR / "cifar10-scl.yaml").read_text() + "learning_rate: 0.1\nbatchsize: 64\n")
+    bad = tmp_path / "scl-cifar10.yaml"
+    bad.write_text((CONFIG_DIR / "scl-cifar10.yaml").read_text() + "learning_rate: 0.1\nbatchsize: 64\n")
     with pytest.raises(ValueError) as info:
         PretrainConfig.from_sources(bad)
     message = str(info.value)

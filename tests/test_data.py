@@ -1,4 +1,4 @@
-"""hscl_zoo.data: the dataset registry, digits, local parquet folders, subsets, bad input."""
+"""hscl_zoo.data: the dataset table, digits, local parquet folders, subsets, bad input."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_digits_fixed_stratified_split(digits):
 
 
 def test_digits_rebuild_is_identical(digits):
-    _, test = hscl_zoo.data._digits_splits.__wrapped__()
+    _, test = hscl_zoo.data.digits._digits_splits.__wrapped__(digits.spec.fallback_class_names)
     assert label_array(test).tolist() == label_array(digits.test).tolist()
     assert np.array_equal(np.asarray(test[5]["image"]), np.asarray(digits.test[5]["image"]))
 
@@ -205,3 +205,12 @@ def test_hub_unreachable_points_to_data_dir(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
     with pytest.raises(RuntimeError, match="data_dir="):
         load_splits("stl10")
+
+
+def test_full_test_keeps_the_whole_test_split_with_a_training_subset():
+    whole = load_splits("digits")
+    small = load_splits("digits", subset=200, seed=3)
+    full = load_splits("digits", subset=200, seed=3, full_test=True)
+    assert len(full.train) == len(small.train) == 200
+    assert full.train["label"] == small.train["label"]
+    assert len(full.test) == len(whole.test) > len(small.test)

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from hscl_zoo import DiagnosticsMeter, assumption_fraction, build_loss, lemma_losses
-from hscl_zoo.diagnostics import negative_masses
-from hscl_zoo.hardening import ExponentialTilt, Threshold
+from hscl_zoo.losses.diagnostics import negative_masses
+from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
+from hscl_zoo.losses.reference import exp_tilt, reference_loss
 
 
 def clustered(B=24, V=2, d=8, classes=4, spread=0.3, seed=0):
@@ -16,7 +17,8 @@ def clustered(B=24, V=2, d=8, classes=4, spread=0.3, seed=0):
     return f, labels
 
 
-def loop_assumption_fraction(f, labels, temperature, eta):
+def loop_assumption_counts(f, labels, temperature, eta):
+    """(anchors satisfying Assumption 1, eligible anchors), one anchor at a time."""
     B, V, _ = f.shape
     z = torch.nn.functional.normalize(f, dim=-1).reshape(B * V, -1)
     image = torch.arange(B).repeat_interleave(V)
@@ -34,6 +36,11 @@ def loop_assumption_fraction(f, labels, temperature, eta):
             return (w * g.exp()).sum() / w.sum()
         eligible += 1
         holds += int(mean(col) >= mean(oth))
+    return holds, eligible
+
+
+def loop_assumption_fraction(f, labels, temperature, eta):
+    holds, eligible = loop_assumption_counts(f, labels, temperature, eta)
     return holds / eligible
 
 
@@ -83,19 +90,32 @@ def test_assumption_and_lemma_fail_when_labels_cut_across_clusters():
     assert losses["hscl"] > losses["hucl"]
 
 
-def test_meter_averages_over_batches():
+def test_meter_pools_anchor_counts_and_averages_batch_losses():
+    """The epoch's Assumption-1 fraction is pooled over anchors (not a mean of batch fractions),
+    the Lemma-1 losses are batch means, and lemma_held_fraction counts batches: all three are
+    recomputed here from the loop counts and the loop reference loss, batch by batch."""
+    cut_f, _ = clustered(spread=0.05, seed=4)
+    batches = [clustered(B=24, spread=0.3, seed=0), (cut_f, torch.arange(24) // 4), clustered(B=16, spread=1.5, seed=1)]
     meter = DiagnosticsMeter(beta=1.0)
-    batches = [clustered(spread=s, seed=i) for i, s in enumerate((0.3, 1.5))]
     for f, labels in batches:
         meter.update(f, labels)
     out = meter.compute()
-    both = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
-    total = [assumption_fraction(f, y, beta=1.0) for f, y in batches]
-    assert min(total) <= out["assumption_fraction"] <= max(total)
-    expected_hscl = sum(lemma_losses(f, y, beta=1.0)["hscl"] for f, y in batches) / 2
-    assert out["loss_hscl"] == pytest.approx(expected_hscl)
-    assert 0.0 <= out["lemma_held_fraction"] <= 1.0
-    assert both[0].shape[0] == 48
+
+    counts = [loop_assumption_counts(f, y, 0.5, ExponentialTilt(1.0)) for f, y in batches]
+    pooled = sum(h for h, _ in counts) / sum(e for _, e in counts)
+    assert out["assumption_fraction"] == pooled
+    assert pooled != pytest.approx(sum(h / e for h, e in counts) / len(counts)), "batches must tell pooling from averaging"
+
+    eta = {"ucl": None, "scl": None, "hucl": exp_tilt(1.0), "hscl": exp_tilt(1.0)}
+    method = {"ucl": "ucl", "scl": "scl", "hucl": "hucl", "hscl": "hscl-beta"}
+    per_batch = [{k: reference_loss(f, y, method=method[k], positives="labels", eta=eta[k]).item() for k in eta}
+                 for f, y in batches]
+    for k in eta:
+        assert out[f"loss_{k}"] == pytest.approx(sum(b[k] for b in per_batch) / len(batches), rel=1e-12)
+    held = [b["hscl"] <= b["hucl"] for b in per_batch]
+    assert any(held) and not all(held), "the batches must include one where Lemma 1's inequality fails"
+    assert out["lemma_held_fraction"] == sum(held) / len(batches)
+
     meter.reset()
     with pytest.raises(ValueError, match="before any update"):
         meter.compute()

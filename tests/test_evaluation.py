@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from hscl_zoo.augment import eval_transform
-from hscl_zoo.data import label_array
+from hscl_zoo.data.datasets import label_array
+from hscl_zoo.data.transforms import eval_transform
 from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1, linear_probe
 
 

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import hscl_zoo
-from hscl_zoo.augment import eval_transform, make_loader
-from hscl_zoo.gpu_augment import BatchSimCLRAugment, RawImageDataset
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.loaders import make_loader
+from hscl_zoo.data.raw_images import RawImageDataset
+from hscl_zoo.data.transforms import eval_transform
 
 SIZE = 8  # model inputs: small and fast on CPU
 DIGITS_SIZE = 16

@@ -1,4 +1,5 @@
-"""hscl_zoo.gpu_augment: batched SimCLR views on the device, the raw uint8 dataset. Runs on CPU."""
+"""hscl_zoo.data.device_augment / device_ops / raw_images: batched SimCLR views on the device, the raw
+uint8 dataset. Runs on CPU."""
 
 from __future__ import annotations
 
@@ -11,14 +12,12 @@ from PIL import Image
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from hscl_zoo.augment import MultiViewDataset, gaussian_blur, make_loader, simclr_transform
-from hscl_zoo.gpu_augment import (
-    BatchSimCLRAugment,
-    RawImageDataset,
-    color_jitter,
-    decode_image,
-    spec_from_transform,
-)
+from hscl_zoo.data.device_augment import BatchSimCLRAugment, spec_from_transform
+from hscl_zoo.data.device_ops import color_jitter
+from hscl_zoo.data.loaders import make_loader
+from hscl_zoo.data.raw_images import RawImageDataset, decode_image
+from hscl_zoo.data.transforms import gaussian_blur, simclr_transform
+from hscl_zoo.data.views import MultiViewDataset
 
 MEAN = (0.5, 0.4, 0.3)
 STD = (0.2, 0.25, 0.3)
@@ -331,7 +330,7 @@ def test_raw_dataset_items_and_cache(small_train):
     raw = RawImageDataset(small_train)
     cached = RawImageDataset(small_train, cache=True)
     assert cached.cached and cached.images.shape[0] == 40 and cached.images.dtype == torch.uint8
-    assert cached.images.is_shared()
+    assert not cached.images.is_shared()  # shared only on request (share=True), see test_cuda_readiness
     for i in (0, 17, 39):
         image, label, index = raw[i]
         assert image.dtype == torch.uint8 and image.shape[0] == 3 and index == i
@@ -387,7 +386,7 @@ def view_statistics(views: torch.Tensor) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def cifar_rows_and_cpu_statistics(shared_data):
-    from hscl_zoo.data import load_split
+    from hscl_zoo.data.datasets import load_split
 
     rows = load_split("cifar10", "test", shared_data / "cifar10").select(range(300))
     cpu = simclr_transform(32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))

@@ -17,17 +17,17 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 import hscl_zoo
-from hscl_zoo import hub
-from hscl_zoo.hub import (ChecksumMismatchError, ConfigMismatchError, NotCachedError, WeightsNotPublishedError,
-                          load, save_pretrained, sha256_file)
 from hscl_zoo.models import create_model
-from hscl_zoo.registry import info
+from hscl_zoo.zoo import saving
+from hscl_zoo.zoo.hub import ChecksumMismatchError, ConfigMismatchError, NotCachedError, WeightsNotPublishedError, load, sha256_file
+from hscl_zoo.zoo.registry import info
+from hscl_zoo.zoo.saving import save_pretrained
 
 REPO = "hscl-test/tiny-resnet"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TRAINING = {
     "dataset": "cifar10", "method": "hscl-beta", "hyperparameters": {"beta": 1.0, "temperature": 0.5},
-    "epochs": 1, "global_batch_size": 8, "negatives_per_anchor": 14,
+    "epochs": 1, "global_batch_size": 8, "expected_negatives_per_anchor": 14,
 }
 
 
@@ -196,7 +196,7 @@ def test_unpublished_name_says_how_to_train():
         hscl_zoo.load("hscl-beta-cifar100")
     message = str(err.value)
     assert "no published weights yet" in message
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in message
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in message
 
 
 def test_unknown_name_lists_closest_names():
@@ -305,9 +305,9 @@ def test_failed_save_leaves_a_good_folder_untouched(model, saved, tmp_path):
 
 def test_push_to_hub_rejects_bad_input_before_any_network(model):
     with pytest.raises(ValueError, match="does not name a Hub repo"):
-        hub.push_to_hub(model, "no slash here")
+        saving.push_to_hub(model, "no slash here")
     with pytest.raises(ValueError, match="would overwrite"):
-        hub.push_to_hub(model, "owner/name", extra_files={"config.json": "{}"})
+        saving.push_to_hub(model, "owner/name", extra_files={"config.json": "{}"})
 
 
 def test_device_argument(saved):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hscl_zoo import LOSS_NAMES, ContrastiveLoss, build_loss
-from hscl_zoo.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
-from reference_losses import exp_tilt, reference_loss, threshold
+from hscl_zoo.losses.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
+from hscl_zoo.losses.reference import exp_tilt, reference_loss, threshold
 
 # Labels 3 and 4 appear once: those anchors have no label collision.
 LABELS = torch.tensor([0, 0, 1, 1, 1, 2, 2, 3, 4, 0])
@@ -293,7 +293,7 @@ FUSED_CASES = {
 @pytest.mark.parametrize("positives", ["views", "labels"])
 @pytest.mark.parametrize("case", list(FUSED_CASES))
 def test_fused_and_masked_paths_agree(case, positives, V):
-    from hscl_zoo.fused_loss import fused_applicable
+    from hscl_zoo.losses.fused import fused_applicable
 
     kwargs, method = FUSED_CASES[case]
     loss = build_loss(method, positives=positives, **kwargs)
@@ -312,7 +312,7 @@ def test_fused_and_masked_paths_agree(case, positives, V):
 
 
 def test_general_path_covers_what_the_fused_one_cannot():
-    from hscl_zoo.fused_loss import fused_applicable
+    from hscl_zoo.losses.fused import fused_applicable
 
     assert not fused_applicable(None, 0.1, 0.5, 100, torch.float32, 102)  # H-UCL debiasing
     assert not fused_applicable(torch.nn.functional.softplus, 0.0, 0.5, 100, torch.float32, 102)  # custom eta

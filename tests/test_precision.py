@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from hscl_zoo import build_loss
-from hscl_zoo.fused_loss import fused_applicable
-from hscl_zoo.hardening import ExponentialTilt
-from hscl_zoo.losses import debiased_log_mean
-from reference_losses import (
+from hscl_zoo.losses.fused import fused_applicable
+from hscl_zoo.losses.hardening import ExponentialTilt
+from hscl_zoo.losses.objective import debiased_log_mean
+from hscl_zoo.losses.reference import (
     PRECISION_CASES,
     exp_tilt,
     random_batch,

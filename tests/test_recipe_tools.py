@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import hscl_zoo
+from hscl_zoo.reproduction import figures
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--epochs", "2", "--batch_size", "64", "--subset", "300", "--probe_epochs", "5"]
@@ -180,15 +181,14 @@ def test_plot_writes_the_three_figures(finished_run: Path, second_run: Path, tmp
     assert _png_size(out / "fig5_losses.png")[0] > _png_size(out / "fig1_accuracy.png")[0]
     assert "wrote" in capsys.readouterr().out
 
-    single = _recipe("plot").plot_runs([finished_run], tmp_path / "one")
+    single = figures.plot_run_dirs([finished_run], tmp_path / "one")
     assert _png_size(single[2])[0] < _png_size(out / "fig5_losses.png")[0]
 
 
 def test_plot_labels_runs_and_tells_same_method_runs_apart(finished_run: Path, second_run: Path, tmp_path: Path,
                                                            monkeypatch):
-    plot = _recipe("plot")
-    assert plot.read_run(finished_run)[0] == "hscl-beta (seed 0)"
-    label, rows = plot.read_run(second_run)
+    assert figures.read_run_dir(finished_run)[0] == "hscl-beta (seed 0)"
+    label, rows = figures.read_run_dir(second_run)
     assert label == "scl (seed 1)"
     assert [r["epoch"] for r in rows] == [1, 2]
     assert all("knn_top1" in r and "assumption_fraction" in r and "loss_hscl" in r for r in rows)
@@ -198,14 +198,14 @@ def test_plot_labels_runs_and_tells_same_method_runs_apart(finished_run: Path, s
     for name in ("config.json", "metrics.jsonl"):
         shutil.copy(finished_run / name, copy / name)
     legends = []  # the legend texts of each figure, read just before it is saved
-    save = plot._save
+    save = figures._save
 
     def recording_save(fig, path):
         legends.append([t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()])
         return save(fig, path)
 
-    monkeypatch.setattr(plot, "_save", recording_save)
-    paths = plot.plot_runs([finished_run, copy], tmp_path / "figs")
+    monkeypatch.setattr(figures, "_save", recording_save)
+    paths = figures.plot_run_dirs([finished_run, copy], tmp_path / "figs")
     assert all(p.stat().st_size > 0 for p in paths)
     assert "hscl-beta (seed 0) [digits-hscl-beta]" in legends[0]
     assert "hscl-beta (seed 0) [digits-hscl-beta-copy]" in legends[0]
@@ -269,4 +269,4 @@ def test_linear_eval_reports_a_missing_model_clearly(tmp_path: Path, capsys):
         _recipe("linear_eval").main(["--model", f"local-dir:{tmp_path}"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert "cannot load --model" in err and "lacks config.json" in err
+    assert "cannot evaluate --model" in err and "lacks config.json" in err

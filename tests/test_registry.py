@@ -1,14 +1,24 @@
-"""The zoo registry: names, wildcards, pinning rules and Table 1 of the paper."""
+"""The zoo registry: names, wildcards, pinning rules and Table 1 of the paper, and a real
+published entry (weights in a Hub cache, pinned commit and sha256) loaded by its zoo name."""
 
 import dataclasses
 import re
 
 import pytest
+import torch
+from huggingface_hub import constants
 from huggingface_hub.utils import validate_repo_id
+from safetensors.torch import load_file
 
 import hscl_zoo
-from hscl_zoo import registry
-from hscl_zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.zoo import registry
+from hscl_zoo.zoo.hub import ChecksumMismatchError, sha256_file
+from hscl_zoo.zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.zoo.saving import save_pretrained
+from test_hub import make_hub_cache
+
+PUBLISHED_NAME = "scl-cifar10"
+PINNED = "89abcdef0123456789abcdef0123456789abcdef"
 
 METHODS = ["ucl", "hucl", "scl", "hscl-beta", "hscl-tau"]
 DATASETS = ["stl10", "cifar10", "cifar100", "tinyimagenet"]
@@ -31,8 +41,38 @@ def test_wildcards(pattern, expected):
     assert list_models(pattern) == expected
 
 
-def test_published_only_lists_exactly_the_published_entries():
-    assert list_models(published_only=True) == [n for n in list_models() if info(n).published]
+@pytest.fixture
+def published(monkeypatch, tmp_path):
+    """One zoo entry published for real: a model saved by save_pretrained, laid out in a Hub cache
+    under the entry's repo at a pinned commit, and its line (commit, sha256, metrics) in the
+    registry's _PUBLISHED table, from which its entry is rebuilt and registered (the original is
+    put back afterwards). Offline mode is on."""
+    torch.manual_seed(0)
+    model = hscl_zoo.create_model("resnet10t", num_classes=10, image_size=32).eval()
+    folder = save_pretrained(model, tmp_path / "weights")
+    cache = tmp_path / "hub-cache"
+    make_hub_cache(cache, f"{registry.HUB_ORG}/{PUBLISHED_NAME}", folder, PINNED)
+    sha256 = sha256_file(folder / "model.safetensors")
+    monkeypatch.setitem(registry._PUBLISHED, PUBLISHED_NAME, (PINNED, sha256, {"top1": 12.5}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    original = info(PUBLISHED_NAME)
+    registry.register_model(registry.paper_entry(original.method, original.dataset), replace=True)
+    try:
+        yield model, cache
+    finally:
+        registry.register_model(original, replace=True)
+
+
+def test_published_only_lists_exactly_the_published_entries(published):
+    assert list_models(published_only=True) == [PUBLISHED_NAME]
+    assert list_models("scl-*", published_only=True) == [PUBLISHED_NAME]
+    assert list_models("ucl-*", published_only=True) == []
+    assert len(list_models()) == 20
+    entry = info(PUBLISHED_NAME)
+    assert entry.published and (entry.revision, dict(entry.metrics)) == (PINNED, {"top1": 12.5})
+    assert f"published at revision {PINNED}" in str(entry) and "top1=12.5" in str(entry)
+    assert not info("scl-cifar100").published
 
 
 def test_bad_pattern_is_an_error():
@@ -44,7 +84,7 @@ def test_bad_pattern_is_an_error():
 def test_entry_is_consistent(name):
     entry = info(name)
     assert entry.name == f"{entry.method}-{entry.dataset}" == name
-    assert entry.config == f"recipes/configs/{entry.dataset}-{entry.method}.yaml"
+    assert entry.config == f"recipes/configs/{name}.yaml"
     assert entry.hub_repo == f"hscl-zoo/{name}"
     validate_repo_id(entry.hub_repo)
     assert entry.backbone == "resnet50"
@@ -80,7 +120,7 @@ def test_unknown_name_lists_closest():
 def test_summary_shows_publication_status():
     text = str(info("hscl-beta-cifar100"))
     assert "hscl-zoo/hscl-beta-cifar100" in text and "75.11" in text
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/cifar100-hscl-beta.yaml" in text
+    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in text
     published = dataclasses.replace(info("hscl-beta-cifar100"), revision="a" * 40, sha256="b" * 64,
                                     metrics={"top1": 74.9})
     text = str(published)
@@ -109,7 +149,51 @@ def test_entries_are_immutable():
     assert isinstance(entry, ZooEntry) and entry.num_classes == 10
 
 
-def test_find_by_repo_needs_the_pinned_revision():
-    entry = info("scl-cifar10")
+def test_find_by_repo_needs_the_pinned_revision(published):
+    entry = info(PUBLISHED_NAME)
+    assert registry.find_by_repo(entry.hub_repo, PINNED) is entry
     assert registry.find_by_repo(entry.hub_repo, None) is None
-    assert registry.find_by_repo(entry.hub_repo, entry.revision) is None  # unpublished: nothing to check
+    assert registry.find_by_repo(entry.hub_repo, "main") is None
+    assert registry.find_by_repo("hscl-zoo/scl-cifar100", PINNED) is None
+
+
+def test_published_name_loads_the_pinned_weights_and_checks_their_sha256(published):
+    model, cache = published
+    entry = info(PUBLISHED_NAME)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    for source in (PUBLISHED_NAME, f"hf-hub:{entry.hub_repo}@{PINNED}", f"hf-hub:{entry.hub_repo}"):
+        assert torch.equal(hscl_zoo.load(source, cache_dir=cache)(x), model(x)), source
+
+    # Change one byte of a weight in the cached blob: the file still loads, but not at the pin.
+    snapshot = cache / f"models--{registry.HUB_ORG}--{PUBLISHED_NAME}" / "snapshots" / PINNED / "model.safetensors"
+    blob = snapshot.resolve()
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0x01
+    blob.write_bytes(bytes(data))
+    assert load_file(snapshot).keys() == model.state_dict().keys()
+    for source in (PUBLISHED_NAME, f"hf-hub:{entry.hub_repo}@{PINNED}"):
+        with pytest.raises(ChecksumMismatchError, match=f"{entry.sha256}"):
+            hscl_zoo.load(source, cache_dir=cache)
+    hscl_zoo.load(f"hf-hub:{entry.hub_repo}", cache_dir=cache)  # not the pinned revision: no checksum to check
+
+
+def test_an_entry_outside_the_paper_grid_carries_its_own_backbone():
+    from hscl_zoo.zoo.cards import render_card
+    from hscl_zoo.zoo.hub import WeightsNotPublishedError
+
+    entry = ZooEntry(name="scl-cifar10-resnet18", method="scl", dataset="cifar10", backbone="resnet18",
+                     hub_repo="hscl-zoo/scl-cifar10-resnet18", config=registry.config_path("scl-cifar10-resnet18"))
+    registry.register_model(entry)
+    try:
+        assert "scl-cifar10-resnet18" in list_models("scl-cifar10*") and info("scl-cifar10-resnet18") is entry
+        assert info("scl-cifar10").backbone == "resnet50"  # the paper's grid is untouched
+        assert "A `resnet18` image encoder" in render_card(entry)
+        with pytest.raises(WeightsNotPublishedError, match="recipes/configs/scl-cifar10-resnet18.yaml"):
+            hscl_zoo.load("scl-cifar10-resnet18")
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_model(entry)
+    finally:
+        registry._ENTRIES.remove(entry.name)
+    assert not registry.is_model("scl-cifar10-resnet18")
+    with pytest.raises(ValueError, match="backbone must name a timm model"):
+        dataclasses.replace(info("scl-cifar10"), backbone="")

@@ -1,0 +1,257 @@
+"""The ``hscl-zoo`` command line; ``hscl-zoo COMMAND --help`` describes each command.
+
+    hscl-zoo list 'hscl-*'                                  # zoo names and whether they are published
+    hscl-zoo info hscl-beta-cifar10                         # one entry: repo, revision, paper top-1, ...
+    hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20
+    hscl-zoo eval runs/default/hub --out eval.json          # linear probe + kNN, JSON out
+    hscl-zoo embed runs/default/hub photos/ --out photos.parquet
+    hscl-zoo export runs/default/hub --format onnx --out exported/
+    hscl-zoo push runs/default --repo-id me/hscl-beta-cifar10
+    hscl-zoo cards --check
+
+MODEL is anything ``hscl_zoo.load`` accepts: a zoo name, ``hf-hub:owner/name[@revision]``,
+``local-dir:/path`` or a folder written by ``save_pretrained`` (offline for folders). Errors in
+the input exit with status 1 and one line naming the problem; usage errors exit with status 2.
+A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own data:
+``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see ``hscl_zoo.data.sources``).
+
+``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config FILE``
+and ``--key value`` settings (``hscl-zoo train --help``). For several processes, launch the module:
+``accelerate launch --multi_gpu --num_processes 2 -m hscl_zoo.cli train ...`` (or the installed
+script, ``accelerate launch --multi_gpu --num_processes 2 $(which hscl-zoo) train ...``; on the CPU
+with ``ACCELERATE_USE_CPU=1`` the processes talk over gloo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hscl_zoo._version import __version__
+from hscl_zoo.data import DATASETS, SourceOptions
+from hscl_zoo.data.sources import source_options
+from hscl_zoo.embedding import check_output_path, embed, save_embeddings
+from hscl_zoo.evaluation import EVAL_DEFAULTS, evaluate_model
+from hscl_zoo.export import OUTPUTS, export_onnx, export_timm, export_torchscript
+from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
+from hscl_zoo.zoo import cards, registry
+from hscl_zoo.zoo.hub import load
+
+__all__ = ["main", "build_parser", "add_eval_options", "run_eval"]
+
+PROG = "hscl-zoo"
+MODEL_HELP = ("a zoo name, hf-hub:owner/name[@revision], local-dir:/path, or a folder written by "
+              "save_pretrained")
+EXPORT_FORMATS = ("timm", "onnx", "torchscript")
+_USER_ERRORS = (ValueError, OSError, LookupError, ImportError)
+
+
+def _device(name: str | None) -> torch.device:
+    return torch.device(name if name else "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    names = registry.list_models(args.pattern, published_only=args.published)
+    if not names:
+        raise ValueError(f"no zoo name matches {args.pattern!r}" + (" among published models" if args.published
+                                                                    else "") + "; run 'hscl-zoo list' for all.")
+    for name in names:
+        entry = registry.info(name)
+        print(f"{name:<24} {'published' if entry.published else 'not published'}")
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    print(registry.info(args.name))
+    return 0
+
+
+def add_eval_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hscl-zoo eval`` (and of ``recipes/linear_eval.py``), all but the model."""
+    parser.add_argument("--dataset", help=f"one of {', '.join(sorted(DATASETS))}, or imagefolder:PATH, parquet:PATH, "
+                        "hf:owner/name (default: the model's training dataset)")
+    parser.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub)")
+    parser.add_argument("--subset", type=int, help="class-balanced number of training images")
+    parser.add_argument("--probe_epochs", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['probe_epochs']}")
+    parser.add_argument("--knn_k", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['knn_k']}")
+    parser.add_argument("--seed", type=int, help=f"subset and probe seed (default: the run's, else "
+                        f"{EVAL_DEFAULTS['seed']})")
+    parser.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--out", type=Path, metavar="FILE.json", help="write the results here")
+    add_source_options(parser)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """The options of own data (imagefolder:, parquet:, hf:), as in ``hscl_zoo.data.SourceOptions``."""
+    group = parser.add_argument_group("own data (imagefolder:PATH, parquet:PATH, hf:owner/name)")
+    for key in ("image_column", "label_column", "train_split", "test_split"):
+        group.add_argument(f"--{key}", help="default: guessed from the features (tables only)")
+    group.add_argument("--test_fraction", type=float, default=SourceOptions.test_fraction,
+                       help="part of each class held out when there is no test split (default: %(default)s)")
+    group.add_argument("--skip_unreadable", action="store_true", help="leave out images that do not decode")
+
+
+def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate ``model`` with the options of :func:`add_eval_options`, print the scores and write
+    ``--out``; returns the results."""
+    result = evaluate_model(model, args.dataset, data_dir=args.data_dir, subset=args.subset,
+                            probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
+                            device=_device(args.device), **source_options(vars(args)))
+    print(f"{result['dataset']}: linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%, "
+          f"kNN top-1 {result['knn_top1']:.2f}%")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}")
+    return result
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    run_eval(args.model, args)
+    return 0
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
+    device = _device(args.device)
+    model = load(args.model, device=device)
+    embeddings = embed(model, args.images, projection=args.projection, split=args.split, data_dir=args.data_dir,
+                       batch_size=args.batch_size, num_workers=args.num_workers, device=device,
+                       **source_options(vars(args)))
+    written = save_embeddings(embeddings, args.out)
+    rows, dim = embeddings.features.shape
+    print(f"embedded {rows} images to {dim}-d {'projections' if args.projection else 'features'}: "
+          + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
+    from hscl_zoo.training.pretrain import main as pretrain_main
+
+    pretrain_main(list(settings), prog=f"{PROG} train")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "timm" and args.output is not None:
+        raise ValueError("--output applies to onnx and torchscript; a timm folder gives the logits, and the pooled "
+                         "features with num_classes=0.")
+    output = args.output or "features"
+    model = load(args.model, device="cpu")
+    if args.format == "timm":
+        written = export_timm(model, args.out)
+        print(f"wrote {written}: open it with timm.create_model('local-dir:{written}', pretrained=True)")
+        return 0
+    if args.format == "onnx":
+        written = export_onnx(model, args.out / f"{output}.onnx", output)
+    else:
+        written = export_torchscript(model, args.out / f"{output}.pt", output)
+    print(f"wrote {written} (images -> {output}) and {written.parent / 'preprocess.json'}")
+    return 0
+
+
+def _cmd_push(args: argparse.Namespace) -> int:
+    folder = rebuild_hub_folder(args.run_or_dir, args.out, repo_id=args.repo_id, name=args.name)
+    print(f"Hub-ready folder: {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
+    if args.dry_run:
+        print(f"dry run: nothing uploaded to {args.repo_id}.")
+        return 0
+    result = push_hub_folder(folder, args.repo_id, private=args.private or None)
+    print(f"pushed: {result.commit_url}")
+    print("pin it in hscl_zoo/zoo/registry.py:", json.dumps(registry_pin(folder, result)))
+    return 0
+
+
+def _cmd_cards(args: argparse.Namespace) -> int:
+    return cards.main(["--out", str(args.out)] + (["--check"] if args.check else []))
+
+
+def _command(
+    subparsers: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int], summary: str
+) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=summary, description=summary)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (``main`` runs it)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:9]))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    cmd = _command(commands, "list", _cmd_list, "List zoo names matching a wildcard, with their status.")
+    cmd.add_argument("pattern", nargs="?", default="*", metavar="PATTERN", help="shell wildcard (default: all)")
+    cmd.add_argument("--published", action="store_true", help="only names whose weights can be loaded")
+
+    cmd = _command(commands, "info", _cmd_info, "Show one zoo entry: method, dataset, repo, revision, scores.")
+    cmd.add_argument("name", metavar="NAME", help="a zoo name, e.g. hscl-beta-cifar10")
+
+    cmd = _command(commands, "eval", _cmd_eval, "Linear probe + kNN of a frozen encoder (JSON out).")
+    cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    add_eval_options(cmd)
+
+    cmd = _command(commands, "embed", _cmd_embed, "Encode a folder of images or a dataset split to features.")
+    cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    cmd.add_argument("images", metavar="IMAGES",
+                     help=f"a folder of image files (searched recursively), a dataset name "
+                     f"({', '.join(sorted(DATASETS))}) or imagefolder:PATH, parquet:PATH, hf:owner/name")
+    cmd.add_argument("--out", type=Path, required=True, metavar="FILE",
+                     help=".npy (with FILE.ids.csv naming the rows) or .parquet (id columns + embedding)")
+    cmd.add_argument("--projection", action="store_true", help="the L2-normalised projection head instead of the "
+                     "pooled features")
+    cmd.add_argument("--split", choices=("train", "test"), default="test", help="split of a dataset (default: test)")
+    cmd.add_argument("--data_dir", help="local parquet folder of a dataset (default: the Hub)")
+    cmd.add_argument("--batch_size", type=int, default=256)
+    cmd.add_argument("--num_workers", type=int, default=0, help="DataLoader workers decoding images")
+    cmd.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    add_source_options(cmd)
+
+    train_summary = "Pretrain an encoder, as accelerate launch recipes/pretrain.py (--help lists every --key)."
+    commands.add_parser("train", help=train_summary, description=train_summary, add_help=False)
+
+    cmd = _command(commands, "export", _cmd_export, "Write the encoder as a timm folder, ONNX or TorchScript.")
+    cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+    cmd.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+    cmd.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write into")
+    cmd.add_argument("--output", choices=OUTPUTS, help="what the onnx / torchscript graph computes (default: "
+                     "features); written to DIR/OUTPUT.onnx or DIR/OUTPUT.pt with DIR/preprocess.json")
+
+    cmd = _command(commands, "push", _cmd_push, "Check, rebuild and upload a finished run's Hub folder.")
+    cmd.add_argument("run_or_dir", type=Path, metavar="RUN_OR_DIR",
+                     help="output_dir of a training run (its hub/ folder is pushed) or a hub folder")
+    cmd.add_argument("--repo-id", required=True, help="owner/name of the Hub model repo")
+    cmd.add_argument("--name", help="zoo name for the card, e.g. hscl-beta-cifar10")
+    cmd.add_argument("--out", type=Path, help="write the folder here instead of rebuilding it in place")
+    cmd.add_argument("--private", action="store_true", help="create the repo private")
+    cmd.add_argument("--dry-run", action="store_true", help="rebuild and check the folder, upload nothing")
+
+    cmd = _command(commands, "cards", _cmd_cards, "Write the zoo's model cards, or check they are up to date.")
+    cmd.add_argument("--out", type=Path, default=Path("model_cards"), help="folder of cards (default: model_cards)")
+    cmd.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on differences")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hscl-zoo`` with ``argv`` (default: the process arguments); returns the exit status."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command != "train" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return _cmd_train(args, rest) if args.command == "train" else args.handler(args)
+    except _USER_ERRORS as error:
+        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

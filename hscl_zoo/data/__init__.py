@@ -1,0 +1,49 @@
+"""Data, in the order it flows: the dataset table, loading into one internal form, per-image
+transforms, multi-view training datasets and seeded loaders, and the device-side augmentation.
+
+    catalog          DatasetSpec, the dataset table, register_dataset
+    digits           scikit-learn's digits, the dataset that needs no network
+    sources          your own data: imagefolder:PATH, parquet:PATH, hf:owner/name
+    datasets         load_splits / load_split into (image, label) tables, balanced subsets
+    transforms       the SimCLR augmentation and the evaluation transform
+    views            MultiViewDataset: V augmented views per image, seeded per item
+    loaders          make_loader: a row order that is a function of (seed, epoch)
+    raw_images       RawImageDataset: uint8 images for augmentation on the device
+    device_augment   BatchSimCLRAugment: the SimCLR augmentation, batched on the device
+    device_ops       its batched kernels
+"""
+
+from hscl_zoo.data.catalog import DATASETS, DatasetSpec, get_spec, register_dataset
+from hscl_zoo.data.datasets import (
+    INTERNAL_IMAGE,
+    INTERNAL_LABEL,
+    LoadedData,
+    balanced_subset,
+    label_array,
+    load_split,
+    load_splits,
+    require_internal_columns,
+    to_internal,
+)
+from hscl_zoo.data.sources import SOURCE_KEYS, UNLABELLED, SourceOptions, is_source, source_spec
+
+__all__ = [
+    "DATASETS",
+    "DatasetSpec",
+    "SOURCE_KEYS",
+    "SourceOptions",
+    "UNLABELLED",
+    "INTERNAL_IMAGE",
+    "INTERNAL_LABEL",
+    "LoadedData",
+    "balanced_subset",
+    "get_spec",
+    "is_source",
+    "label_array",
+    "load_split",
+    "load_splits",
+    "register_dataset",
+    "require_internal_columns",
+    "source_spec",
+    "to_internal",
+]

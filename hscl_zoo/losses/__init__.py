@@ -1,0 +1,37 @@
+"""The contrastive objectives: the loss contract (docs/losses.md), its fast path, hardening
+functions, the global-batch gather, the paper's diagnostics and the method table.
+
+    objective     ContrastiveLoss: the general computation, input checks, the pair sets
+    fused         the one-node fast path for uniform, exponential-tilt and threshold weights
+    hardening     hardening functions (exponential tilt, threshold, its linear schedule)
+    distributed   gathering the global batch with gradient under torch.distributed
+    methods       MethodSpec, the method table and build_loss
+    diagnostics   Assumption 1 and the Lemma-1 losses of the paper's Sec. V-B
+    reference     a plain-loop float64 implementation, for tests and benchmarks
+"""
+
+from hscl_zoo.losses.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
+from hscl_zoo.losses.methods import (
+    LOSS_NAMES,
+    METHODS,
+    Hyperparameter,
+    MethodSpec,
+    build_loss,
+    get_method,
+    register_method,
+)
+from hscl_zoo.losses.objective import ContrastiveLoss
+
+__all__ = [
+    "ContrastiveLoss",
+    "ExponentialTilt",
+    "Hyperparameter",
+    "LOSS_NAMES",
+    "LinearThresholdSchedule",
+    "METHODS",
+    "MethodSpec",
+    "Threshold",
+    "build_loss",
+    "get_method",
+    "register_method",
+]

@@ -1,0 +1,353 @@
+"""The five contrastive objectives of Jiang et al.: UCL, H-UCL, SCL, H-SCL(beta), H-SCL(tau).
+
+All five are one computation that differs in three choices (docs/losses.md, the loss contract):
+which candidates are positives (other views of the image, or every same-label embedding), which
+are negatives (every other image, or only other-label images), and how negatives are weighted
+(uniformly, or by a hardening function of their similarity to the anchor). For anchor i and
+positive p,
+
+    psi_ip = log(1 + M * exp(-g_ip) * sum_j w_ij e^{g_ij} / sum_j w_ij),   g = cosine / temperature,
+
+and the loss is the mean of psi over all (anchor, positive) pairs. The general path computes it in
+log space (psi = softplus(log M + log E - g), the debiased E in log space too); the fused path
+(`hscl_zoo.losses.fused`) takes the exponentials directly where the cosine bound keeps them normal
+floating-point numbers. Both keep float32 relative precision when psi is tiny (trained-looking
+batches at low temperature), are differentiable twice, and run in float32 (or float64 for float64
+features) even when called, or differentiated, inside an autocast region.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
+from hscl_zoo.losses.fused import autocast_off, fused_applicable, fused_psi_sum
+from hscl_zoo.losses.hardening import (
+    ExponentialTilt,
+    HardeningFn,
+    LinearThresholdSchedule,
+    Threshold,
+    log_hardening_weight,
+)
+
+Positives = Literal["views", "labels"]
+Negatives = Literal["other-images", "other-labels"]
+
+
+class ContrastiveLoss(nn.Module):
+    """InfoNCE in its large-negative-sample form with optional label-aware and hard negatives
+    (docs/losses.md states the contract exactly).
+
+    Called as `loss_fn(features, labels=None)` with `features` of shape (B, V, d) (B images, V >= 2
+    views, L2-normalised here) and `labels` of shape (B,), integer. Returns a scalar.
+
+    Args:
+        negatives: "other-images" (UCL, H-UCL: every embedding of another image, labels unused) or
+            "other-labels" (SCL, H-SCL: only embeddings whose label differs from the anchor's).
+        positives: "views" (other views of the same image) or "labels" (also every view of other
+            images with the anchor's label).
+        hardening: None for uniform weights, else a non-negative non-decreasing function eta of the
+            scaled similarity t = s / temperature; an anchor whose negatives all get weight 0
+            falls back to uniform weights.
+        temperature: gamma in g = s / gamma (the paper uses 0.5).
+        M: the constant in front of the negative term; None means (global embeddings) - 2.
+        tau_plus: class prior of the debiased H-UCL estimator (Chuang/Robinson); 0 disables it.
+        detach_weights: stop gradients through the hardening weights.
+
+    Edge cases: an anchor with no negative (a one-class batch for SCL) or no positive contributes
+    nothing; if no pair contributes, the loss is an exact, differentiable 0.
+
+    Paths: each call runs the fused path (`hscl_zoo.losses.fused`) when `fused_applicable` says it
+    keeps full precision for this weighting, temperature, M and number of embeddings, else the
+    general log-space path; `last_path` ("fused" or "general", None before the first call) says
+    which ran. Setting `allow_fused = False` on an instance forces the general path. Second
+    derivatives (backward with create_graph=True) are exact on both paths.
+
+    Under torch.distributed the features and labels of every process are gathered with gradient,
+    so each local anchor meets the negatives of the global batch. Each process returns
+    (world size) * (sum of its pairs' psi) / (global number of pairs): the mean over processes is
+    the loss of the global batch, and DDP's gradient averaging yields its gradient. Gradient
+    accumulation does not add negatives: each micro-batch only sees its own global batch.
+    """
+
+    allow_fused: bool = True
+    last_path: str | None = None
+
+    def __init__(
+        self,
+        *,
+        negatives: Negatives,
+        positives: Positives,
+        hardening: HardeningFn | None = None,
+        temperature: float = 0.5,
+        M: float | None = None,
+        tau_plus: float = 0.0,
+        detach_weights: bool = False,
+        name: str = "contrastive",
+    ) -> None:
+        super().__init__()
+        if negatives not in ("other-images", "other-labels"):
+            raise ValueError(f"negatives must be 'other-images' or 'other-labels', got {negatives!r}.")
+        if positives not in ("views", "labels"):
+            raise ValueError(f"positives must be 'views' or 'labels', got {positives!r}.")
+        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; the paper uses 0.5.")
+        if M is not None and (not math.isfinite(M) or M <= 0):
+            raise ValueError(f"M must be a finite number > 0, or None for (number of embeddings) - 2; got {M!r}.")
+        if not 0.0 <= tau_plus < 1.0:
+            raise ValueError(f"tau_plus is a class prior and must lie in [0, 1), got {tau_plus!r}.")
+        if hardening is not None and not callable(hardening):
+            raise ValueError(f"hardening must be callable (eta(t) -> weights) or None, got {hardening!r}.")
+        self.negatives = negatives
+        self.positives = positives
+        self.hardening = hardening
+        self.temperature = float(temperature)
+        self.M = None if M is None else float(M)
+        self.tau_plus = float(tau_plus)
+        self.detach_weights = bool(detach_weights)
+        self.name = name
+
+    @property
+    def needs_labels(self) -> bool:
+        return self.negatives == "other-labels" or self.positives == "labels"
+
+    def set_epoch(self, epoch: int) -> None:
+        """Advance a threshold schedule, if this loss has one (1-based epoch)."""
+        level = getattr(self.hardening, "level", None)
+        if isinstance(level, LinearThresholdSchedule):
+            level.set_epoch(epoch)
+
+    def extra_repr(self) -> str:
+        return (
+            f"name={self.name!r}, negatives={self.negatives!r}, positives={self.positives!r}, "
+            f"hardening={self.hardening!r}, temperature={self.temperature}, M={self.M}, "
+            f"tau_plus={self.tau_plus}, detach_weights={self.detach_weights}"
+        )
+
+    def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
+        labels = validate_inputs(features, labels, needs_labels=self.needs_labels, loss_name=self.name)
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            z = normalized(features, loss_name=self.name)
+            z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
+            pair_sum, pair_count = self.pair_psi_sum(z, z_all, labels_all, offset)
+            if is_distributed():
+                pair_count = pair_count.clone()
+                torch.distributed.all_reduce(pair_count)
+            return pair_sum * world_size() / pair_count.clamp_min(1).to(z.dtype)
+
+    def pair_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int) -> tuple[Tensor, Tensor]:
+        """Sum of psi over this process's (anchor, positive) pairs, and how many pairs there are.
+
+        `z` (B, V, d) are this process's normalised features, `z_all` the global batch's (the same
+        tensor outside torch.distributed), `offset` the first local image in it. Nothing is
+        reduced over processes: `forward` does that; the diagnostics call this on one batch.
+        """
+        candidates = z_all.shape[0] * z.shape[1]
+        M = self.M if self.M is not None else max(candidates - 2, 1)
+        fused = self.allow_fused and fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype, candidates)
+        self.last_path = "fused" if fused else "general"
+        if fused:
+            return self._fused_psi_sum(z, z_all, labels_all, offset, M)
+        return self._masked_psi_sum(z, z_all, labels_all, offset, M)
+
+    def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
+        """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views; its second
+        derivative comes from the general path."""
+        def general(z: Tensor, z_all: Tensor) -> Tensor:
+            return self._masked_psi_sum(z, z_all, labels_all, offset, M)[0]
+
+        return fused_psi_sum(z, z_all, labels_all, offset, label_positives=self.positives == "labels",
+                             label_negatives=self.negatives == "other-labels", M=M, temperature=self.temperature,
+                             hardening=self.hardening, detach_weights=self.detach_weights, general=general)
+
+    def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
+        """The general path: any hardening function, H-UCL debiasing, any temperature."""
+        B, V, d = z.shape
+        n_all = z_all.shape[0] * V
+        g = _ScaledGram.apply(z.reshape(B * V, d), z_all.reshape(n_all, d), 1.0 / self.temperature)
+        sets = pair_sets(B, V, z_all.shape[0], offset, labels_all, device=z.device)
+        negative = sets.other_images if self.negatives == "other-images" else sets.other_labels
+        positive = sets.same_image if self.positives == "views" else sets.same_label
+        has_negative = negative.any(dim=1)
+        log_mean = log_weighted_mean_exp(g, negative, has_negative, self.hardening, self.detach_weights)
+        if self.tau_plus > 0:
+            log_mean = debiased_log_mean(log_mean[:, None], g, self.tau_plus, self.temperature)
+        else:
+            log_mean = log_mean[:, None]
+        psi = F.softplus(math.log(M) + log_mean - g)
+        counted = positive & has_negative[:, None]
+        return torch.where(counted, psi, 0.0).sum(), counted.sum()
+
+
+class PairSets:
+    """Boolean (local anchors x global candidates) masks of the sets in the loss contract."""
+
+    def __init__(self, same_image: Tensor, other_images: Tensor, same_label: Tensor | None, other_labels: Tensor | None):
+        self.same_image = same_image
+        self.other_images = other_images
+        self._same_label = same_label
+        self._other_labels = other_labels
+
+    @property
+    def same_label(self) -> Tensor:
+        if self._same_label is None:
+            raise ValueError("label positives need labels: pass labels=... of shape (B,).")
+        return self._same_label
+
+    @property
+    def other_labels(self) -> Tensor:
+        if self._other_labels is None:
+            raise ValueError("label-aware negatives need labels: pass labels=... of shape (B,).")
+        return self._other_labels
+
+    @property
+    def collisions(self) -> Tensor:
+        """C_i: same label, another image."""
+        return self.same_label & self.other_images
+
+
+def pair_sets(
+    batch: int, views: int, global_batch: int, offset: int, labels_all: Tensor | None, *, device: torch.device
+) -> PairSets:
+    """Masks over (anchor, candidate) for anchors = this process's B*V embeddings (image-major)
+    and candidates = the global batch's embeddings; the anchor itself is in no set."""
+    anchor_image = torch.arange(offset, offset + batch, device=device).repeat_interleave(views)
+    candidate_image = torch.arange(global_batch, device=device).repeat_interleave(views)
+    anchor_index = torch.arange(batch * views, device=device) + offset * views
+    candidate_index = torch.arange(global_batch * views, device=device)
+    is_self = anchor_index[:, None] == candidate_index[None, :]
+    same_image_any = anchor_image[:, None] == candidate_image[None, :]
+    same_image = same_image_any & ~is_self
+    other_images = ~same_image_any
+    if labels_all is None:
+        return PairSets(same_image, other_images, None, None)
+    label_a = labels_all[offset : offset + batch].repeat_interleave(views)
+    label_c = labels_all.repeat_interleave(views)
+    same_label_any = label_a[:, None] == label_c[None, :]
+    return PairSets(same_image, other_images, same_label_any & ~is_self, ~same_label_any)
+
+
+def log_weighted_mean_exp(
+    g: Tensor, negative: Tensor, has_negative: Tensor, hardening: HardeningFn | None, detach_weights: bool = False
+) -> Tensor:
+    """log( sum_j w_ij e^{g_ij} / sum_j w_ij ) over each row's negatives.
+
+    Uniform weights when `hardening` is None or a row's hard set is empty. Rows without any
+    negative get a finite placeholder (callers must not count them), so that no NaN reaches
+    the gradient.
+    """
+    usable = negative | ~has_negative[:, None]
+    if hardening is None:
+        return torch.logsumexp(g.masked_fill(~usable, -math.inf), dim=1) - usable.sum(dim=1).to(g.dtype).log()
+    log_w = log_hardening_weight(hardening, g.detach() if detach_weights else g).masked_fill(~usable, -math.inf)
+    has_hard = torch.isfinite(log_w).any(dim=1, keepdim=True)
+    log_w = torch.where(has_hard, log_w, torch.zeros_like(log_w).masked_fill(~usable, -math.inf))
+    return torch.logsumexp(log_w + g, dim=1) - torch.logsumexp(log_w, dim=1)
+
+
+def debiased_log_mean(log_mean: Tensor, g_pos: Tensor, tau_plus: float, temperature: float) -> Tensor:
+    """log max((E - tau_plus e^{g_ip}) / (1 - tau_plus), e^{-1/temperature}) for every pair, in log
+    space: log E + log(1 - e^u) - log(1 - tau_plus) with u = log(tau_plus e^{g_ip} / E), so the
+    floor is exactly -1/temperature at any temperature and nothing overflows or underflows. Pairs
+    with u >= 0 (E no larger than tau_plus e^{g_ip}) take the floor, and no gradient, as the
+    clamp of the formula gives them."""
+    u = g_pos + math.log(tau_plus) - log_mean
+    floored = u >= -torch.finfo(u.dtype).tiny  # keeps 1 / (1 - e^u), the derivative, finite
+    log_one_minus = torch.log(-torch.expm1(u.masked_fill(floored, -1.0)))
+    log_unfloored = (log_mean + log_one_minus - math.log1p(-tau_plus)).masked_fill(floored, -math.inf)
+    return log_unfloored.clamp_min(-1.0 / temperature)
+
+
+def normalized(features: Tensor, *, loss_name: str) -> Tensor:
+    """Features L2-normalised along the last dimension, in float64 if given float64, else float32.
+
+    Refuses NaN and inf (and values so large that their norm overflows) with a ValueError. The
+    check reads the B*V norms the normalisation computes anyway, so it costs one reduction over
+    B*V numbers; on a GPU it also costs one host synchronisation per call (the CPU waits for the
+    encoder's forward before queueing the loss), small against a ResNet step.
+    """
+    return _UnitNormalize.apply(features.to(torch.float64 if features.dtype == torch.float64 else torch.float32), loss_name)
+
+
+class _UnitNormalize(torch.autograd.Function):
+    """z = f / max(|f|, eps) with the backward written out: (g - z <g, z>) / |f| where unclamped;
+    under create_graph=True that formula is recomputed from f, so it is differentiable again."""
+
+    eps = 1e-12
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, f: Tensor, loss_name: str) -> Tensor:  # type: ignore[override]
+        norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+        if not bool(torch.isfinite(norms).all()):
+            raise ValueError(
+                f"{loss_name}: features contain NaN or inf (or values whose norm overflows); check the encoder's "
+                "output (learning rate, mixed precision)."
+            )
+        z = f / norms.clamp_min(_UnitNormalize.eps)
+        ctx.save_for_backward(f, z, norms)
+        return z
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        f, z, norms = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+            z = f / norms.clamp_min(_UnitNormalize.eps)
+        along = (grad * z).sum(dim=-1, keepdim=True) * (norms >= _UnitNormalize.eps)
+        return (grad - z * along) / norms.clamp_min(_UnitNormalize.eps), None
+
+
+class _ScaledGram(torch.autograd.Function):
+    """g = (a @ b.T) * scale, the general path's similarity matmul, with its backward pinned to
+    float32 under autocast and written with out-of-place operations, so it is differentiable again."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, a: Tensor, b: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(a, b)
+        ctx.scale = scale
+        return (a @ b.T).mul_(scale)
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        a, b = ctx.saved_tensors
+        grad_a = (grad @ b) * ctx.scale if ctx.needs_input_grad[0] else None
+        grad_b = (grad.T @ a) * ctx.scale if ctx.needs_input_grad[1] else None
+        return grad_a, grad_b, None
+
+
+def validate_inputs(features: Tensor, labels: Tensor | None, *, needs_labels: bool, loss_name: str) -> Tensor | None:
+    """Check the call contract's shapes and types and return labels as int64 (or None); raise
+    ValueError saying what to pass. `normalized` checks the values."""
+    if not isinstance(features, Tensor):
+        raise ValueError(f"{loss_name}: features must be a torch.Tensor of shape (B, V, d), got {type(features).__name__}.")
+    if features.ndim != 3:
+        hint = " Stack the views: torch.stack([view1, view2], dim=1)." if features.ndim == 2 else ""
+        raise ValueError(f"{loss_name}: features must have shape (B, V, d), got {tuple(features.shape)}.{hint}")
+    B, V, d = features.shape
+    if V < 2:
+        raise ValueError(f"{loss_name}: needs V >= 2 views per image (features of shape (B, V, d)), got V = {V}.")
+    if B < 1 or d < 1:
+        raise ValueError(f"{loss_name}: features of shape {tuple(features.shape)} are empty; pass at least one image.")
+    if not features.is_floating_point():
+        raise ValueError(f"{loss_name}: features must be floating point, got {features.dtype}.")
+    if labels is None:
+        if needs_labels:
+            raise ValueError(f"{loss_name}: needs labels: call loss_fn(features, labels) with labels of shape ({B},), int64.")
+        return None
+    if not isinstance(labels, Tensor):
+        raise ValueError(f"{loss_name}: labels must be a torch.Tensor of shape ({B},), int64, got {type(labels).__name__}.")
+    if labels.shape != (B,):
+        raise ValueError(f"{loss_name}: labels must have shape ({B},) to match features {tuple(features.shape)}, got {tuple(labels.shape)}.")
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ValueError(f"{loss_name}: labels must be integer class ids (int64), got {labels.dtype}; use labels.long().")
+    return labels.to(device=features.device, dtype=torch.int64)
+

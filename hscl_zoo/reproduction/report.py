@@ -1,0 +1,141 @@
+"""summary.md and summary.csv of a reproduction budget, rendered from its run records only."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from hscl_zoo.reproduction.summary import (
+    KEEPS_EVERYTHING,
+    display,
+    SAME_LOSS,
+    Record,
+    by_method,
+    mean_curve,
+    method_rows,
+    verdicts,
+)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _diff(row: dict[str, Any], ref: str) -> str:
+    mean, ci = row[f"top1_minus_{ref}"], row[f"top1_minus_{ref}_ci"]
+    if mean is None:
+        return "-"
+    return f"{mean:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else " (1 seed)")
+
+
+def _threshold(row: dict[str, Any]) -> str:
+    if row["kept_first"] is None:
+        return "-"
+    text = (f"l {row['threshold_first']:+.2f} -> {row['threshold_last']:+.2f}, "
+            f"keeps {_pct(row['kept_first'])} -> {_pct(row['kept_last'])}")
+    return text + (" (keeps every negative: SCL under another name)" if row["keeps_every_negative"] else "")
+
+
+RESULTS_BEGIN, RESULTS_END = "<!-- results -->", "<!-- /results -->"
+
+
+def results_block(summary_text: str) -> str:
+    """The table and the verdicts of a summary.md (what the README quotes), markers excluded."""
+    start, end = summary_text.index(RESULTS_BEGIN), summary_text.index(RESULTS_END)
+    return summary_text[start + len(RESULTS_BEGIN):end].strip("\n") + "\n"
+
+
+def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:
+    """`readme` with the block between `<!-- results:BUDGET -->` and `<!-- /results:BUDGET -->`
+    replaced by the summary's results block; a ValueError if the markers are missing."""
+    begin, end = f"<!-- results:{budget} -->", f"<!-- /results:{budget} -->"
+    if begin not in readme or end not in readme:
+        raise ValueError(f"the README has no {begin} ... {end} block to quote {budget}'s results in; add the two markers.")
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{results_block(summary_text)}{end}{tail}"
+
+
+def render_markdown(name: str, description: str, settings: dict[str, Any], records: list[Record],
+                    paper_top1: dict[str, float]) -> str:
+    """The whole summary.md of one budget."""
+    rows = method_rows(records)
+    text = io.StringIO()
+    text.write(f"# Reproduction: budget `{name}`\n\n{description}\n\n")
+    text.write("Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + "\n\n")
+    hardware = sorted({r["hardware"] for r in records})
+    counts = ", ".join(f"{display(r['method'])} {r['seeds']}" for r in rows)
+    text.write(f"Hardware: {'; '.join(hardware)}. Runs: {len(records)} (seeds per method: {counts}). ")
+    text.write(f"Training time: {sum(r['train_seconds'] for r in records) / 60:.1f} min in all.\n\n")
+    text.write(RESULTS_BEGIN + "\n")
+    text.write("| method | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | paper top-1 (%) | "
+               "minus SCL, paired [95% CI] | minus UCL, paired [95% CI] | epochs to SCL's final kNN | "
+               "Assumption 1 first -> last (min) | H-SCL(tau) threshold | train min/run | views/s after epoch 1 |\n")
+    text.write("|---|---:|---|---|---|---:|---|---|---:|---|---|---:|---:|\n")
+    for r in rows:
+        reach = r["epochs_to_scl_final_knn"]
+        vps = r["views_per_second_after_epoch1"]
+        text.write(
+            f"| {display(r['method'])} | {r['seeds']} | {r['top1_mean']:.2f} ± {r['top1_std']:.2f} | "
+            f"{r['top5_mean']:.2f} ± {r['top5_std']:.2f} | {r['knn_top1_mean']:.2f} ± {r['knn_top1_std']:.2f} | "
+            f"{paper_top1.get(r['method'], '-')} | {_diff(r, 'scl')} | {_diff(r, 'ucl')} | "
+            f"{reach if reach is not None else 'not reached'} | {_pct(r['assumption_first'])} -> "
+            f"{_pct(r['assumption_last'])} ({_pct(r['assumption_min'])}) | {_threshold(r)} | "
+            f"{r['train_minutes_mean']:.1f} | {'-' if vps is None else f'{vps:.0f}'} |\n"
+        )
+    for r in rows:
+        if r["trains_as"] is not None:
+            text.write(f"\n**{display(r['method'])} is {display(r['trains_as'])} in disguise at this budget:** its training "
+                       f"loss equals {display(r['trains_as'])}'s to {SAME_LOSS:g} at every epoch of every shared seed.\n")
+    text.write("\n### The paper's claims\n\n")
+    for v in verdicts(records):
+        text.write(f"* **{v.claim}: {v.verdict}.** {v.evidence}\n")
+    text.write(RESULTS_END + "\n")
+    text.write(_threshold_table(records))
+    text.write(
+        "\n## How to read it\n\n"
+        "Means ± sample standard deviations over seeds. A seed fixes the initialisation, the batch order and the "
+        "augmentations for every method, so differences are paired by seed: mean of the per-seed differences with "
+        "a two-sided 95 % Student-t interval. Linear probe and final kNN: frozen features of the whole training "
+        "subset and test split (each run's `probe_protocol`). 'Epochs to SCL's final kNN' uses the per-epoch kNN "
+        "monitor, mean over seeds. Assumption 1 and the Lemma-1 losses are measured on training batches with each "
+        "run's own hardening (the threshold for H-SCL(tau), beta otherwise) and label positives. The H-SCL(tau) "
+        "threshold l keeps the other-label negatives whose cosine is at least l; 'keeps' is the fraction of "
+        f"those negatives it kept (a row that keeps at least {KEEPS_EVERYTHING:.1%} at every epoch is flagged). "
+        "Every number here is recomputed from `runs/*.json` by `recipes/reproduce.py`.\n"
+    )
+    return text.getvalue()
+
+
+def _threshold_table(records: list[Record]) -> str:
+    """Per epoch, mean over H-SCL(tau) seeds: the threshold, the fraction of negatives it kept and
+    the negative-cosine quartiles it cut; SCL's quartiles beside them for reference."""
+    groups = by_method(records)
+    tau = groups.get("hscl-tau", [])
+    if not tau or "threshold_kept_fraction" not in tau[0]["history"][0]:
+        return ""
+    columns = {"threshold": "threshold", "threshold_kept_fraction": "kept", "neg_cos_q50": "median cos",
+               "neg_cos_q75": "75th pct cos"}
+    curves = {key: mean_curve(tau, key) for key in columns}
+    scl = groups.get("scl", [])
+    scl_curves = {k: mean_curve(scl, k) for k in ("neg_cos_q50", "neg_cos_q75")} if scl and "neg_cos_q50" in scl[0]["history"][0] else {}
+    out = io.StringIO()
+    out.write(f"\n## {display('hscl-tau')}: what the threshold kept, per epoch\n\n")
+    out.write("| epoch | " + " | ".join(columns.values()) + (" | SCL median cos | SCL 75th pct cos" if scl_curves else "") + " |\n")
+    out.write("|---:|" + "---:|" * (len(columns) + len(scl_curves)) + "\n")
+    for e in range(len(curves["threshold"])):
+        cells = [f"{curves['threshold'][e]:+.3f}", _pct(curves["threshold_kept_fraction"][e]),
+                 f"{curves['neg_cos_q50'][e]:+.3f}", f"{curves['neg_cos_q75'][e]:+.3f}"]
+        cells += [f"{scl_curves[k][e]:+.3f}" for k in scl_curves if e < len(scl_curves[k])]
+        out.write(f"| {e + 1} | " + " | ".join(cells) + " |\n")
+    return out.getvalue()
+
+
+def write_csv(path: Path, records: list[Record]) -> None:
+    rows = method_rows(records)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,306 @@
+"""The pretraining recipe's configuration: defaults, YAML files, command-line overrides.
+
+One flat dataclass so that a run is described by plain JSON (saved beside its checkpoints, no
+pickled objects) and every key can be set as `--key value` on the command line. The defaults are
+the embedded CPU run: scikit-learn's digits, a small timm ResNet with timm's own stem, a few
+epochs. The paper's settings live in recipes/configs/<method>-<dataset>.yaml, named like the zoo.
+What a method's hyperparameters are, and which keys set them, comes from the method table
+(`hscl_zoo.losses.methods`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hscl_zoo.losses.hardening import LinearThresholdSchedule
+from hscl_zoo.losses.methods import METHODS, MethodSpec
+
+
+@dataclass
+class PretrainConfig:
+    """Every setting of a pretraining run; see the field comments for units and choices."""
+
+    # data
+    dataset: str = "digits"
+    data_dir: str | None = None
+    subset: int | None = None  # class-balanced number of training images (None: all)
+    full_test: bool = False  # with subset: keep the whole test split (else the same fraction of it)
+    views: int = 2
+    label_positive_pairing: bool = False  # draw later views from other images of the same class
+    # own data (dataset "imagefolder:PATH", "parquet:PATH", "hf:owner/name"; hscl_zoo.data.sources)
+    image_column: str | None = None  # None: guessed from the features (tables only)
+    label_column: str | None = None  # None: guessed; no label column means unlabelled (UCL, H-UCL only)
+    train_split: str | None = None  # None: "train"
+    test_split: str | None = None  # None: test/validation/valid/val if present, else held out of train
+    test_fraction: float = 0.2  # part of each class held out when the source has no test split
+    skip_unreadable: bool = False  # leave out images that do not decode (else an error naming them)
+    mean: list | None = None  # per-channel RGB mean in [0, 1] (None: the dataset's, measured for own data)
+    std: list | None = None  # per-channel RGB std (None: as mean)
+    # model
+    backbone: str = "resnet18"
+    stem: str = "default"  # "small" (3x3 stride-1 conv, no max-pool), "default" (timm's), "auto" (small up to 64 px)
+    image_size: int | None = None  # None: the dataset's native size
+    # objective
+    method: str = "hscl-beta"
+    temperature: float = 0.5
+    beta: float = 1.0
+    threshold_start: float = -0.3  # H-SCL(tau): cosine level at epoch 1 ...
+    threshold_end: float = 0.0  # ... and at the last epoch (the paper's linear schedule)
+    tau_plus: float = 0.0  # H-UCL debiasing class prior
+    positives: str | None = None  # None: the method's own (views for ucl/hucl, labels for scl/hscl)
+    M: float | None = None  # None: global number of embeddings - 2
+    # optimisation
+    epochs: int = 8
+    batch_size: int = 256  # global, across processes
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 1e-6
+    mixed_precision: str = "no"  # "no" or "bf16" (fp16 is refused: see validate)
+    seed: int = 0
+    num_workers: int = 0
+    # fast path (None: on when training on a CUDA device, off on the CPU)
+    channels_last: bool | None = None
+    fused_optimizer: bool | None = None
+    gpu_augment: bool | None = None  # batched SimCLR views on the device from uint8 images
+    cache_images: bool | None = None  # decode the training set once into memory (None: with gpu_augment)
+    compile: bool = False  # torch.compile the model (the loss stays eager); off on CUDA too until measured there
+    # device resources and cadence (None: decided per device, see `device_plan`)
+    sync_batchnorm: bool | None = None  # BatchNorm statistics over all processes (None: on with several CUDA processes)
+    memory_check: bool = True  # on CUDA, refuse a run estimated not to fit the device (hscl_zoo.training.resources)
+    monitor_every: int = 1  # epochs between kNN monitors (and always the last)
+    checkpoint_every: int = 1  # epochs between checkpoints (and always the last)
+    # monitoring and evaluation
+    knn_k: int = 20
+    monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
+    monitor_test_size: int | None = None  # class-balanced test images it classifies (None: all)
+    diagnostics: bool = True
+    diagnostics_every: int | None = None  # batches between diagnostics updates, each a few device syncs (None: 1 on CPU, 25 on CUDA)
+    probe_epochs: int = 100
+    log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
+    # output
+    output_dir: str = "runs/default"
+    keep_checkpoints: int = 2
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad key and what to pass instead."""
+        if self.method not in METHODS:
+            raise ValueError(f"method={self.method!r} is unknown; choose one of {', '.join(METHODS)}.")
+        for h in self.method_spec.hyperparameters:
+            for key in h.config_keys:
+                if key not in self.field_names():
+                    raise ValueError(f"method {self.method!r}: no config key {key!r} sets its hyperparameter "
+                                     f"{h.name!r}; add that field to PretrainConfig or mark it recipe=False.")
+                h.check(getattr(self, key), self.method, key)
+        if self.stem not in ("small", "default", "auto"):
+            raise ValueError(f"stem={self.stem!r}: use 'small', 'default' or 'auto'.")
+        if self.views < 2:
+            raise ValueError(f"views={self.views}: contrastive losses need at least 2 views per image.")
+        for key in ("epochs", "batch_size", "knn_k", "probe_epochs", "keep_checkpoints", "diagnostics_every",
+                    "monitor_every", "checkpoint_every"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} must be >= 1.")
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers={self.num_workers} must be >= 0.")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr={self.lr} must be a positive number (the paper uses 1e-3).")
+        if self.optimizer not in ("adam", "adamw", "sgd"):
+            raise ValueError(f"optimizer={self.optimizer!r}: use 'adam' (the paper), 'adamw' or 'sgd'.")
+        if self.mixed_precision == "fp16":
+            raise ValueError("mixed_precision='fp16' is refused: the loss stops the run on non-finite features, so one "
+                             "fp16 overflow in the encoder would end it where a gradient scaler would only skip a step. "
+                             "Use 'bf16' (float32's range, as fast on GPUs that have it) or 'no'.")
+        if self.mixed_precision not in ("no", "bf16"):
+            raise ValueError(f"mixed_precision={self.mixed_precision!r}: use 'no' or 'bf16'.")
+        if self.positives not in (None, "views", "labels"):
+            raise ValueError(f"positives={self.positives!r}: use 'views', 'labels' or leave it unset.")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature={self.temperature} must be > 0 (the paper uses 0.5).")
+        for key in ("monitor_train_size", "monitor_test_size"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} must be a positive number of images, or unset for all.")
+        if not 0 < self.test_fraction < 1:
+            raise ValueError(f"test_fraction={self.test_fraction} must lie strictly between 0 and 1.")
+        for key in ("mean", "std"):
+            value = getattr(self, key)
+            if value is not None and (len(value) != 3 or not all(isinstance(v, (int, float)) for v in value)
+                                      or (key == "std" and min(value) <= 0)):
+                raise ValueError(f"{key}={value!r}: give three numbers, one per RGB channel (std > 0), or unset it.")
+        if self.subset is not None and self.subset < 1:
+            raise ValueError(f"subset={self.subset} must be a positive number of images, or unset for all.")
+
+    # ---- construction ----
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> PretrainConfig:
+        unknown = [k for k in values if k not in cls.field_names()]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, cls.field_names(), n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(
+                f"{source}: unknown key(s) {', '.join(hints)}. Valid keys: {', '.join(cls.field_names())}."
+            )
+        return cls(**{k: _coerce(k, v, source) for k, v in values.items()})
+
+    @classmethod
+    def from_sources(cls, config_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
+        """Defaults, then the YAML file, then command-line overrides (strings are parsed as YAML scalars)."""
+        values: dict[str, Any] = {}
+        if config_path is not None:
+            path = Path(config_path)
+            if not path.is_file():
+                raise ValueError(f"config file {path} does not exist; the shipped ones are in recipes/configs/.")
+            loaded = yaml.safe_load(path.read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{path}: a config is a mapping of key: value lines, got {type(loaded).__name__}.")
+            cls.from_dict(loaded, source=str(path))
+            values.update(loaded)
+        if overrides:
+            parsed = {k: _parse_override(k, v) if isinstance(v, str) else v for k, v in overrides.items()}
+            cls.from_dict(parsed, source="command line")
+            values.update(parsed)
+        return cls.from_dict(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    # ---- derived settings ----
+
+    @property
+    def method_spec(self) -> MethodSpec:
+        """The method table's entry for `method`."""
+        return METHODS[self.method]
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `build_loss(self.method, ...)`: the common options and the method's
+        hyperparameters; a scheduled one (H-SCL(tau)'s threshold) gets a fresh linear schedule."""
+        kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M}
+        if self.positives is not None:
+            kwargs["positives"] = self.positives
+        for h in self.method_spec.hyperparameters:
+            if h.recipe and h.schedule:
+                start, end = (getattr(self, key) for key in h.config_keys)
+                kwargs[h.name] = LinearThresholdSchedule(start, end, self.epochs)
+            elif h.recipe:
+                kwargs[h.name] = getattr(self, h.name)
+        return kwargs
+
+    def fast_path(self, device_type: str) -> dict[str, bool]:
+        """The fast-path switches resolved for a device: unset ones are on for CUDA only."""
+        on_gpu = device_type == "cuda"
+        gpu_augment = on_gpu if self.gpu_augment is None else self.gpu_augment
+        return {
+            "channels_last": on_gpu if self.channels_last is None else self.channels_last,
+            "fused_optimizer": on_gpu if self.fused_optimizer is None else self.fused_optimizer,
+            "gpu_augment": gpu_augment,
+            "cache_images": gpu_augment if self.cache_images is None else self.cache_images,
+            "compile": self.compile,
+        }
+
+    def device_plan(self, device_type: str, num_processes: int) -> dict[str, Any]:
+        """The device-dependent settings resolved: `sync_batchnorm` (on with several CUDA
+        processes unless set) and `diagnostics_every` (1 on the CPU, 25 on CUDA unless set).
+        Raises ValueError for SyncBatchNorm across CPU processes, which torch does not run."""
+        on_gpu = device_type == "cuda"
+        sync = on_gpu and num_processes > 1 if self.sync_batchnorm is None else self.sync_batchnorm
+        if sync and num_processes > 1 and not on_gpu:
+            raise ValueError(f"sync_batchnorm=true with {num_processes} {device_type} processes: torch's SyncBatchNorm "
+                             "runs on GPUs only. Drop it (each process then normalises its own share of the batch).")
+        every = self.diagnostics_every if self.diagnostics_every is not None else (25 if on_gpu else 1)
+        return {"sync_batchnorm": sync, "diagnostics_every": every}
+
+    def method_hyperparameters(self) -> dict[str, Any]:
+        """The objective's hyperparameters as a model card and config.json report them."""
+        spec = self.method_spec
+        out: dict[str, Any] = {"temperature": self.temperature, "positives": self.positives or spec.positives}
+        out.update({key: getattr(self, key) for h in spec.hyperparameters for key in h.config_keys})
+        out["M"] = self.M if self.M is not None else "global embeddings - 2"
+        return out
+
+
+def _allowed_types(key: str) -> tuple[type, ...]:
+    hint = typing.get_type_hints(PretrainConfig).get(key)
+    if hint is None:
+        return ()
+    return typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+
+
+def _parse_override(key: str, raw: str) -> Any:
+    """A command-line value: kept as text for text keys (so `--mixed_precision no` stays "no"),
+    parsed as a YAML scalar otherwise; `null` / `none` unset a key that may be unset."""
+    allowed = _allowed_types(key)
+    if raw.strip().lower() in ("null", "none", "~") and type(None) in allowed:
+        return None
+    if str in allowed:
+        return raw
+    for number in (int, float):
+        if number in allowed or (number is int and float in allowed):
+            try:
+                return number(raw)
+            except ValueError:
+                pass
+    return yaml.safe_load(raw)
+
+
+def _coerce(key: str, value: Any, source: str) -> Any:
+    """Check a value against the field's annotated type; ints are accepted where floats are."""
+    allowed = _allowed_types(key)
+    if value is None and type(None) in allowed:
+        return None
+    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if int in allowed and isinstance(value, float) and value.is_integer() and float not in allowed:
+        return int(value)
+    if str in allowed and isinstance(value, bool):
+        return "yes" if value else "no"  # YAML 1.1 reads `mixed_precision: no` as false
+    if str in allowed and isinstance(value, (int, float)):
+        return str(value)
+    if any(t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)) for t in allowed):
+        return value
+    names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+    raise ValueError(f"{source}: {key}={value!r} must be {names}.")
+
+
+def parse_overrides(argv: list[str]) -> dict[str, str]:
+    """Turn ['--lr', '0.01', '--epochs=3'] into {'lr': '0.01', 'epochs': '3'}."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise ValueError(f"unexpected argument {arg!r}: settings are given as --key value.")
+        key = arg[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+        elif i + 1 < len(argv):
+            value = argv[i + 1]
+            i += 1
+        else:
+            raise ValueError(f"{arg} needs a value: --{key} VALUE.")
+        out[key] = value
+        i += 1
+    return out
+
+
+__all__ = ["PretrainConfig", "parse_overrides"]

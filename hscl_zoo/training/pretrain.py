@@ -1,0 +1,418 @@
+"""The pretraining loop: train a contrastive encoder with a registered method, then probe and export it.
+
+`recipes/pretrain.py` runs `main` (as will a command-line entry point); `pretrain(argv)` is the
+same without the exit-on-error wrapper:
+
+    accelerate launch recipes/pretrain.py                                  # embedded digits, CPU, minutes
+    accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml
+    accelerate launch recipes/pretrain.py --config recipes/configs/scl-cifar10.yaml \
+        --data_dir ../shared/data/cifar10 --epochs 5
+    accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
+
+Every key of `hscl_zoo.training.config.PretrainConfig` can be set as `--key value` (after the YAML
+file). Per epoch: training loss, throughput and timings, kNN top-1 on the test split (every
+`monitor_every` epochs), Assumption-1 fraction and the four Lemma-1 losses go to
+`<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and a checkpoint (every
+`checkpoint_every` epochs) to `<output_dir>/checkpoints/`. On CUDA a run that cannot fit the
+device is refused before it starts (`hscl_zoo.training.resources`). At the end: a linear probe on
+frozen features, then a Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import DynamoBackend, set_seed
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from hscl_zoo.data.datasets import LoadedData, load_splits
+from hscl_zoo.data.sources import source_options
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.loaders import SeededLoader, make_loader
+from hscl_zoo.data.raw_images import RawImageDataset, workers_need_shared_memory
+from hscl_zoo.data.transforms import simclr_transform
+from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.evaluation import evaluate_encoder
+from hscl_zoo.losses.methods import build_loss
+from hscl_zoo.losses.objective import ContrastiveLoss
+from hscl_zoo.models import ContrastiveEncoder, create_model
+from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from hscl_zoo.training.config import PretrainConfig, parse_overrides
+from hscl_zoo.training.gradient_cache import prepare_batchnorm
+from hscl_zoo.training.monitoring import (
+    KnnMonitor,
+    diagnostics_meter,
+    reduce_diagnostics,
+    rewrite_metrics_upto,
+)
+from hscl_zoo.training.publishing import training_summary, write_hub_folder
+from hscl_zoo.training.resources import check_memory_fit, estimate_training_memory
+
+__all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
+           "export_run"]
+
+RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check"}
+LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
+UNLABELLED_HEAD = "unlabelled"
+"""The one class name of the (untrained) head of an encoder trained on unlabelled images."""
+
+
+def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
+        epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
+    )
+    parser.add_argument("--config", help="YAML file of config keys (recipes/configs/*.yaml)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        overrides = parse_overrides(rest)
+        cfg = PretrainConfig.from_sources(args.config, overrides)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.resume and args.overwrite:
+        parser.error("--resume continues a run and --overwrite deletes it: pass one of them.")
+    return cfg, args, overrides
+
+
+def run_contents(run_dir: Path) -> list[str]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir())
+
+
+def resolve_run(cfg: PretrainConfig, args: argparse.Namespace, overrides: dict[str, str]) -> PretrainConfig:
+    """Decide what happens to output_dir: refuse, resume (with the saved config) or overwrite."""
+    run_dir = Path(cfg.output_dir)
+    contents = run_contents(run_dir)
+    if args.resume:
+        saved_path = run_dir / "config.json"
+        if not saved_path.is_file():
+            raise SystemExit(f"error: --resume: {run_dir} holds no run (no config.json). Drop --resume to start one there.")
+        saved = PretrainConfig.from_dict(json.loads(saved_path.read_text()), source=str(saved_path))
+        explicit = PretrainConfig.from_sources(args.config, overrides).to_dict() if (args.config or overrides) else {}
+        given = set(overrides) | (set(explicit) if args.config else set())
+        changed = sorted(k for k in given - RESUMABLE_CHANGES - {"output_dir"} if explicit[k] != saved.to_dict()[k])
+        if changed:
+            raise SystemExit(
+                f"error: --resume continues {run_dir} with its saved config; these settings differ from it: "
+                f"{', '.join(f'{k} ({saved.to_dict()[k]!r} saved, {explicit[k]!r} given)' for k in changed)}. "
+                "Drop them, or start a new run with another --output_dir."
+            )
+        return PretrainConfig.from_dict({**saved.to_dict(), **{k: explicit[k] for k in given & RESUMABLE_CHANGES}})
+    if contents and not args.overwrite:
+        raise SystemExit(
+            f"error: output_dir {run_dir} already holds a run ({', '.join(contents)}). Pass --resume to continue it, "
+            "--overwrite to delete it and start again, or choose another --output_dir."
+        )
+    return cfg
+
+
+def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.Optimizer:
+    fused_arg = {"fused": True} if fused else {}
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused_arg)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused_arg)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **fused_arg)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
+    """Run the recipe (``prog``: the name its --help shows); bad settings, data or checkpoints end
+    it with `error: ...` and exit status 1."""
+    try:
+        return pretrain(sys.argv[1:] if argv is None else argv, prog)
+    except (ValueError, CheckpointError) as error:
+        raise SystemExit(f"error: {error}") from error
+
+
+def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
+    """Parse `argv` (as `recipes/pretrain.py` does), train, probe and export; returns the linear
+    evaluation and ``hub_dir`` on the main process ({} elsewhere). Refusals raise SystemExit."""
+    cfg, args, overrides = parse_args(argv, prog)
+    cfg = resolve_run(cfg, args, overrides)
+    run_dir = Path(cfg.output_dir)
+    accelerator = Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        log_with=cfg.log_with,
+        project_dir=str(run_dir),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed, non_blocking=True),
+    )
+    world = accelerator.num_processes
+    plan = cfg.device_plan(accelerator.device.type, world)
+    if accelerator.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
+    if cfg.batch_size % world:
+        raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
+
+    data, cfg = load_training_data(cfg, accelerator)
+    if cfg.batch_size > len(data.train):
+        raise SystemExit(
+            f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
+            f"{cfg.dataset}{f' (subset {cfg.subset})' if cfg.subset else ''}: no full batch exists. "
+            f"Pass --batch_size {len(data.train)} or smaller."
+        )
+    if args.overwrite and accelerator.is_main_process and run_dir.exists():
+        shutil.rmtree(run_dir)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(cfg.to_json() + "\n")
+
+    set_seed(cfg.seed)
+    image_size = cfg.image_size or data.spec.image_size
+    encoder = create_model(
+        cfg.backbone,
+        num_classes=len(data.class_names) or 1,
+        image_size=image_size,
+        small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
+        class_names=data.class_names or [UNLABELLED_HEAD],
+        mean=cfg.mean,
+        std=cfg.std,
+    )
+    model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
+    if accelerator.device.type == "cuda" and cfg.memory_check:
+        refuse_what_cannot_fit(cfg, model, image_size, accelerator)
+    fast = cfg.fast_path(accelerator.device.type)
+    train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
+                                                cache_images=fast["cache_images"])
+    if fast["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    forward = compiled_forward(model, accelerator, requested=fast["compile"])
+    loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
+    monitor = KnnMonitor(data, cfg, accelerator.device) if accelerator.is_main_process and data.class_names else None
+    if cfg.log_with:
+        accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
+
+    start_epoch = 1
+    metrics_path = run_dir / "metrics.jsonl"
+    if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(accelerator, checkpoint)
+        start_epoch = state["epoch"] + 1
+        if accelerator.is_main_process:
+            rewrite_metrics_upto(metrics_path, state["epoch"])
+            print(f"resuming {run_dir} after epoch {state['epoch']} ({checkpoint.name})", flush=True)
+    elif accelerator.is_main_process and metrics_path.exists():
+        metrics_path.unlink()
+
+    last_record = time.perf_counter()
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        loader.set_epoch(epoch)
+        train_set.set_epoch(epoch)
+        if augment is not None:
+            augment.set_epoch(epoch, rank=accelerator.process_index)
+        loss_fn.set_epoch(epoch)
+        model.train()
+        record = train_epoch(cfg, epoch, accelerator, loader, augment, forward, optimizer, loss_fn,
+                             channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"])
+        if accelerator.is_main_process:
+            if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
+                monitor_started = time.perf_counter()
+                record["knn_top1"] = monitor(encoder)
+                record["monitor_seconds"] = time.perf_counter() - monitor_started
+            record["wall_seconds"] = time.perf_counter() - last_record
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+        if cfg.log_with:
+            accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
+        if due(epoch, cfg.checkpoint_every, cfg.epochs):
+            save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints)
+        last_record = time.perf_counter()
+
+    result: dict[str, Any] = {}
+    if accelerator.is_main_process:
+        result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
+                            config_path=args.config)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return result
+
+
+def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
+    """The run's dataset (own data measured by the main process first, so the others read its
+    cache) and the config with the normalisation it will use recorded in ``mean``/``std``.
+
+    Raises ValueError before training when the method (or label-positive pairing) needs labels
+    and the data has none."""
+    with accelerator.main_process_first():
+        data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
+                           **source_options(cfg.to_dict()))
+    uses_labels = "labels" in (cfg.positives, cfg.method_spec.positives) or cfg.method_spec.negatives == "other-labels"
+    if not data.class_names and (uses_labels or cfg.label_positive_pairing):
+        raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"
+                         f"{' with label_positive_pairing' if cfg.label_positive_pairing else ''} needs them. Train "
+                         "ucl or hucl on unlabelled images, or give one subfolder per class / a label_column.")
+    return data, dataclasses.replace(cfg, mean=cfg.mean or list(data.spec.mean), std=cfg.std or list(data.spec.std))
+
+
+def due(epoch: int, every: int, last: int) -> bool:
+    """Whether a per-epoch task (kNN monitor, checkpoint) set to run `every` epochs runs after
+    `epoch`: on multiples of `every`, and always after the last epoch."""
+    return epoch % every == 0 or epoch == last
+
+
+def refuse_what_cannot_fit(cfg: PretrainConfig, model: torch.nn.Module, image_size: int, accelerator: Accelerator) -> None:
+    """Estimate one step's memory on this process (`hscl_zoo.training.resources`) and raise
+    ValueError if it exceeds the device's free memory; print a warning when it comes close."""
+    local = cfg.batch_size // accelerator.num_processes * cfg.views
+    per_pass = (getattr(cfg, "chunk_size", None) or cfg.batch_size // accelerator.num_processes) * cfg.views
+    estimate = estimate_training_memory(model, image_size=image_size, images_per_pass=per_pass, local_views=local,
+                                        global_views=cfg.batch_size * cfg.views, mixed_precision=cfg.mixed_precision,
+                                        optimizer=cfg.optimizer)
+    free, _ = torch.cuda.mem_get_info(accelerator.device)
+    setting = (f"{cfg.backbone} ({cfg.stem} stem) at {image_size} px, {per_pass} views a pass, "
+               f"mixed_precision {cfg.mixed_precision}")
+    warning = check_memory_fit(estimate, free, setting=f"{setting} (memory_check false skips this check)")
+    if warning and accelerator.is_main_process:
+        print(warning, flush=True)
+
+
+def compiled_forward(model: torch.nn.Module, accelerator: Accelerator, *, requested: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model, compiled when `compile` is set, and compiled once: when the Accelerate config's
+    dynamo backend is on, `prepare` has compiled it already (and turned on TF32 for matmuls
+    without mixed precision). The loss always stays eager: its finiteness check and the fused
+    node's buffers reused in backward are not for the compiler."""
+    if accelerator.state.dynamo_plugin.backend != DynamoBackend.NO:
+        if requested and accelerator.is_main_process:
+            print("compile: the Accelerate config's dynamo backend already compiled the model; not compiling it again.",
+                  flush=True)
+        return model
+    return torch.compile(model) if requested else model
+
+
+def training_views(
+    cfg: PretrainConfig,
+    data: LoadedData,
+    image_size: int,
+    accelerator: Accelerator,
+    *,
+    gpu_augment: bool,
+    cache_images: bool,
+) -> tuple[Dataset, BatchSimCLRAugment | None, SeededLoader]:
+    """The training set, the device augmenter (None when the workers augment) and the seeded
+    loader of one process's share of each global batch."""
+    augmentation = simclr_transform(image_size, mean=cfg.mean or data.spec.mean, std=cfg.std or data.spec.std)
+    augment = None
+    if gpu_augment:
+        train_set = RawImageDataset(data.train, cache=cache_images, share=workers_need_shared_memory(cfg.num_workers),
+                                    label_positive=cfg.label_positive_pairing, views=cfg.views, seed=cfg.seed)
+        augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed).to(accelerator.device)
+    else:
+        train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
+                                     label_positive=cfg.label_positive_pairing, seed=cfg.seed)
+    loader = make_loader(train_set, cfg.batch_size // accelerator.num_processes, shuffle=True, seed=cfg.seed,
+                         num_workers=cfg.num_workers, drop_last=True, pin_memory=accelerator.device.type == "cuda",
+                         persistent_workers=cfg.num_workers > 0)
+    return train_set, augment, loader
+
+
+def train_epoch(
+    cfg: PretrainConfig,
+    epoch: int,
+    accelerator: Accelerator,
+    loader: Iterable,
+    augment: BatchSimCLRAugment | None,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: ContrastiveLoss,
+    *,
+    channels_last: bool,
+    diagnostics_every: int = 1,
+) -> dict[str, Any]:
+    """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
+
+    `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
+    having finished the last one; the loss is read back from the device every `LOG_EVERY` steps
+    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps."""
+    meter = diagnostics_meter(cfg, loss_fn)
+    loss_sum = torch.zeros((), device=accelerator.device)
+    steps, seen, started = 0, 0, time.perf_counter()
+    bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False)
+    for step, (images, labels, _) in enumerate(bar):
+        views = augment(images) if augment is not None else images
+        B, V = views.shape[:2]
+        x = views.flatten(0, 1)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        z = forward(x).view(B, V, -1)
+        loss = loss_fn(z, labels)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        optimizer.step()
+        loss_sum += loss.detach()
+        steps += 1
+        seen += B * V * accelerator.num_processes
+        if cfg.diagnostics and step % diagnostics_every == 0:
+            meter.update(z.detach().float(), labels)
+        if step % LOG_EVERY == 0 and not bar.disable:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    if accelerator.device.type == "cuda":
+        torch.cuda.synchronize(accelerator.device)
+    seconds = time.perf_counter() - started
+    record: dict[str, Any] = {
+        "epoch": epoch,
+        "train_loss": accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item(),
+        "views_per_second": seen / seconds,
+        "epoch_seconds": seconds,
+    }
+    level = getattr(loss_fn.hardening, "current_level", None)
+    if level is not None:
+        record["threshold"] = level
+    if cfg.diagnostics:
+        record.update(reduce_diagnostics(accelerator, meter))
+    return record
+
+
+def export_run(
+    cfg: PretrainConfig,
+    encoder: ContrastiveEncoder,
+    data: LoadedData,
+    run_dir: Path,
+    device: torch.device,
+    *,
+    num_processes: int,
+    config_path: str | None,
+) -> dict[str, Any]:
+    """Probe the trained encoder, fit its linear head, write linear_eval.json and the Hub folder
+    (unlabelled data: no probe, an empty evaluation and an untrained one-output head). The result
+    adds ``views_per_second_after_epoch1``: the median training throughput of epochs 2 on (epoch 1
+    holds compilation, cuDNN's search and the allocator's warm-up; None with one epoch)."""
+    evaluation: dict[str, Any] = {}
+    if data.class_names:
+        evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
+                                      device=device)
+        encoder.classifier.load_state_dict(evaluation.pop("head"))
+        (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    training = training_summary(cfg, num_processes, len(data.class_names) or 1, config_path)
+    hub_dir = write_hub_folder(encoder, run_dir / "hub", training=training, evaluation=evaluation, history=history)
+    later = [h["views_per_second"] for h in history if h["epoch"] >= 2]
+    throughput = statistics.median(later) if later else None
+    if not evaluation:
+        print(f"{cfg.dataset} is unlabelled: no linear probe. Hub-ready folder: {hub_dir}", flush=True)
+        return {"hub_dir": str(hub_dir), "views_per_second_after_epoch1": throughput}
+    print(
+        f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
+        f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
+        f"({len(data.test)} images). Hub-ready folder: {hub_dir}"
+        + (f". Training throughput from epoch 2: {throughput:,.0f} views/s." if throughput else ""),
+        flush=True,
+    )
+    return {**evaluation, "hub_dir": str(hub_dir), "views_per_second_after_epoch1": throughput}

@@ -1,0 +1,140 @@
+"""Saving an encoder in the Hub's layout (``model.safetensors`` + ``config.json`` with its
+training summary) and pushing it to a Hub model repo; :mod:`hscl_zoo.zoo.hub` loads it back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import HfApi
+from safetensors.torch import save_file
+from torch import nn
+
+from hscl_zoo._version import __version__
+from hscl_zoo.models import ContrastiveEncoder
+from hscl_zoo.zoo.hub import CONFIG_NAME, WEIGHTS_NAME, check_repo_id, sha256_file
+
+__all__ = ["TRAINING_KEYS", "PushResult", "save_pretrained", "push_to_hub"]
+
+TRAINING_KEYS = ("dataset", "method", "hyperparameters", "epochs", "global_batch_size",
+                 "expected_negatives_per_anchor")
+"""Keys a training summary must have (others are kept as given). ``expected_negatives_per_anchor``
+is the count the global batch size implies
+(``hscl_zoo.training.publishing.expected_negatives_per_anchor``), not a measurement."""
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push produced: the commit to pin and the weights' sha256, i.e. a registry line."""
+
+    repo_id: str
+    revision: str
+    sha256: str
+    commit_url: str
+
+
+def _unwrap(model: nn.Module) -> ContrastiveEncoder:
+    while not isinstance(model, ContrastiveEncoder):
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if not isinstance(inner, nn.Module):
+            raise TypeError(f"save_pretrained expects a hscl_zoo ContrastiveEncoder (optionally wrapped by DDP or "
+                            f"torch.compile), got {type(model).__name__}. Build one with hscl_zoo.create_model.")
+        model = inner
+    return model
+
+
+def _check_training(training: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(training, Mapping):
+        raise ValueError(f"training must be a dict summarising the run, got {type(training).__name__}.")
+    missing = [k for k in TRAINING_KEYS if k not in training]
+    if missing:
+        raise ValueError(f"training summary lacks {missing}; give all of {list(TRAINING_KEYS)} "
+                         "(e.g. dataset='cifar100', method='hscl-beta', hyperparameters={'beta': 1.0, ...}, "
+                         "epochs=200, global_batch_size=512, expected_negatives_per_anchor=1022).")
+    if not isinstance(training["hyperparameters"], Mapping):
+        raise ValueError("training['hyperparameters'] must be a dict of the method's hyperparameters.")
+    return dict(training)
+
+
+def _config_json(model: ContrastiveEncoder, training: Mapping[str, Any] | None) -> str:
+    config = model.model_config()
+    if training is not None:
+        config["training"] = _check_training(training)
+    try:
+        return json.dumps(config, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"The config is not JSON-serialisable ({err}): timm keyword arguments and the training "
+                         "summary must hold plain numbers, strings, lists and dicts.") from None
+
+
+def save_pretrained(
+    model: nn.Module,
+    save_directory: str | os.PathLike[str],
+    *,
+    training: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model.safetensors`` and ``config.json`` (with the training summary) to a folder.
+
+    Both files are written to temporary names first and renamed into place only when both are
+    complete, so a failed save never damages a good folder; other files in it (a README.md card,
+    metrics) are left alone. DDP / torch.compile wrappers are unwrapped so keys carry no prefix.
+    ``training`` needs the keys in ``TRAINING_KEYS``. Returns the folder.
+    """
+    encoder = _unwrap(model)
+    config_text = _config_json(encoder, training)
+    state = {k: v.detach().to("cpu").contiguous() for k, v in encoder.state_dict().items()}
+
+    target = Path(save_directory).expanduser()
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"{target} exists and is not a directory; choose a folder to save into.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
+        staging_dir = Path(staging)
+        save_file(state, staging_dir / WEIGHTS_NAME, metadata={"format": "pt"})
+        (staging_dir / CONFIG_NAME).write_text(config_text, encoding="utf-8")
+        target.mkdir(exist_ok=True)
+        os.replace(staging_dir / WEIGHTS_NAME, target / WEIGHTS_NAME)
+        os.replace(staging_dir / CONFIG_NAME, target / CONFIG_NAME)
+    return target
+
+
+def push_to_hub(
+    model: nn.Module,
+    repo_id: str,
+    *,
+    training: Mapping[str, Any] | None = None,
+    card: str | None = None,
+    extra_files: Mapping[str, str | bytes] | None = None,
+    commit_message: str = "Upload hscl_zoo encoder",
+    private: bool | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+) -> PushResult:
+    """Save the model (as ``save_pretrained``) with an optional README card and extra files, and
+    upload the folder to a Hub model repo, creating it if needed.
+
+    Returns the commit and sha256 to pin in the registry's ``_PUBLISHED`` table.
+    """
+    check_repo_id(repo_id, repo_id)
+    with tempfile.TemporaryDirectory() as staging:
+        folder = save_pretrained(model, Path(staging) / "model", training=training)
+        if card is not None:
+            (folder / "README.md").write_text(card, encoding="utf-8")
+        for name, content in (extra_files or {}).items():
+            if Path(name).name in (CONFIG_NAME, WEIGHTS_NAME, "README.md") or Path(name).is_absolute():
+                raise ValueError(f"extra file {name!r} would overwrite the model files or leave the repo.")
+            path = folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        sha256 = sha256_file(folder / WEIGHTS_NAME)
+        api = HfApi(token=token, library_name="hscl_zoo", library_version=__version__)
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        commit = api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model",
+                                   commit_message=commit_message, revision=revision)
+    return PushResult(repo_id=repo_id, revision=commit.oid, sha256=sha256, commit_url=commit.commit_url)
