@@ -39,7 +39,7 @@ def monitor_split(train: datasets.Dataset, cfg: PretrainConfig) -> datasets.Data
 
 def monitor_knn(encoder: ContrastiveEncoder, data: LoadedData, cfg: PretrainConfig, device: torch.device) -> float:
     """kNN top-1 on `monitor_test_size` class-balanced test images (all by default), from
-    `monitor_split` of the training split: the per-epoch monitor."""
+    `monitor_split` of the labelled training images: the per-epoch monitor."""
     train = monitor_split(data.labelled().train, cfg)
     test = data.test
     if cfg.monitor_test_size is not None and len(test) > cfg.monitor_test_size:

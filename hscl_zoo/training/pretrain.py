@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from hscl_zoo.data.datasets import LoadedData, load_splits
 from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.loaders import SeededLoader, make_loader
 from hscl_zoo.data.raw_images import RawImageDataset
 from hscl_zoo.data.transforms import simclr_transform
@@ -50,6 +51,7 @@ from hscl_zoo.training.config import PretrainConfig, parse_overrides
 from hscl_zoo.training.monitoring import (
     diagnostics_meter,
     monitor_knn,
+    monitor_split,
     reduce_diagnostics,
     rewrite_metrics_upto,
 )
@@ -199,6 +201,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     elif accelerator.is_main_process and metrics_path.exists():
         metrics_path.unlink()
 
+    knn_bank = len(monitor_split(data.labelled().train, cfg))
     for epoch in range(start_epoch, cfg.epochs + 1):
         loader.set_epoch(epoch)
         train_set.set_epoch(epoch)
@@ -212,6 +215,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
             if data.class_names:
                 monitor_started = time.perf_counter()
                 record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
+                record["knn_train_images"] = knn_bank
                 record["monitor_seconds"] = time.perf_counter() - monitor_started
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -231,13 +235,15 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
 
 def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
     """The run's dataset (own data measured by the main process first, so the others read its
-    cache) and the config with the normalisation it will use recorded in ``mean``/``std``.
+    cache), with only ``labelled_fraction`` of its training labels kept, and the config with the
+    normalisation it will use recorded in ``mean``/``std``.
 
     Raises ValueError before training when the method (or label-positive pairing) needs labels
     and the data has none."""
     with accelerator.main_process_first():
         data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
                            **source_options(cfg.to_dict()))
+    data = partly_labelled(data, cfg.labelled_fraction, seed=cfg.seed)
     uses_labels = "labels" in (cfg.positives, cfg.method_spec.positives) or cfg.method_spec.negatives == "other-labels"
     if not data.class_names and (uses_labels or cfg.label_positive_pairing):
         raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"
