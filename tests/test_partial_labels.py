@@ -104,3 +104,22 @@ def test_label_positive_pairing_keeps_an_unlabelled_image_to_itself(digits):
             assert sources == [row] * 3
         else:
             assert all(labels[s] == labels[row] for s in sources)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_one_epoch_run_with_a_fifth_of_the_labels_reports_what_it_used(tmp_path):
+    import json
+
+    from hscl_zoo.training.pretrain import main
+
+    out = tmp_path / "run"
+    main(["--method", "scl", "--labelled_fraction", "0.2", "--epochs", "1", "--subset", "200", "--batch_size", "32",
+          "--backbone", "resnet10t", "--probe_epochs", "2", "--monitor_train_size", "100", "--output_dir", str(out)])
+    evaluation = json.loads((out / "linear_eval.json").read_text())
+    assert (evaluation["train_images"], evaluation["unlabelled_train_images"]) == (40, 160)
+    (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert record["knn_train_images"] == 40
+    anchors, left_out = record["diagnostics_anchors"], record["diagnostics_unlabelled_anchors"]
+    assert anchors + left_out == 6 * 32 * 2 and 0 < anchors < left_out
+    assert json.loads((out / "config.json").read_text())["labelled_fraction"] == 0.2

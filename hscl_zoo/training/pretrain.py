@@ -355,7 +355,8 @@ def export_run(
     print(
         f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
         f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
-        f"({len(data.test)} images). Hub-ready folder: {hub_dir}",
+        f"({len(data.test)} images; fitted on {evaluation['train_images']} labelled training images). "
+        f"Hub-ready folder: {hub_dir}",
         flush=True,
     )
     return {**evaluation, "hub_dir": str(hub_dir)}
