@@ -7,12 +7,13 @@ every anchor's class, use the labelled images only (`labelled_part`).
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 UNLABELLED = -1
 """The default label of an image without a class (the same value as `hscl_zoo.data.sources.UNLABELLED`)."""
 
-__all__ = ["UNLABELLED", "check_marker", "check_negative_labels", "labelled_part"]
+__all__ = ["UNLABELLED", "check_marker", "check_negative_labels", "labelled_part", "mixed_sets"]
 
 
 def check_marker(unlabelled: int) -> int:
@@ -36,3 +37,27 @@ def labelled_part(features: Tensor, labels: Tensor, unlabelled: int = UNLABELLED
     """The images of a (B, V, d) batch whose label is not the marker, and their labels (possibly none)."""
     keep = labels != unlabelled
     return features[keep], labels[keep]
+
+
+def mixed_sets(
+    positive: Tensor,
+    negative: Tensor,
+    same_image: Tensor,
+    other_images: Tensor,
+    anchor_labels: Tensor,
+    candidate_labels: Tensor,
+    *,
+    unlabelled: int,
+    unlabelled_negatives: bool,
+) -> tuple[Tensor, Tensor]:
+    """The (anchors x candidates) positive and negative masks of a batch mixing labelled and
+    unlabelled images (docs/losses.md): an unlabelled anchor's positives are the other views of its
+    image and its negatives every other image; a labelled anchor keeps ``positive`` and
+    ``negative`` (the method's sets, in which an unlabelled candidate's label differs from the
+    anchor's), less the unlabelled candidates when ``unlabelled_negatives`` is False."""
+    anchor_unlabelled = (anchor_labels == unlabelled)[:, None]
+    positive = torch.where(anchor_unlabelled, same_image, positive)
+    negative = torch.where(anchor_unlabelled, other_images, negative)
+    if not unlabelled_negatives:
+        negative = negative & (anchor_unlabelled | (candidate_labels != unlabelled)[None, :])
+    return positive, negative
