@@ -1,13 +1,17 @@
 """Images per second of contrastive pretraining: the full step, the data pipeline, the compute.
 
-Three modes, each printing markdown tables of medians (ratios come from the same run):
+Three modes, each printing markdown tables (ratios come from the same run):
 
 * default: for every backbone x stem x loss x configuration, three rows, in images per second
   counting every view (the paper's ~560 img/s on an A100 counts both views):
     - data:    the data pipeline alone: decode -> augment -> views on the device, per batch;
     - compute: the step alone on pre-made tensors already on the device:
                forward both views -> loss -> backward -> optimizer step;
-    - e2e:     the whole step fed by the pipeline (what a training run gets).
+    - e2e:     the whole step fed by a fresh pipeline (what a training run gets).
+  Each row is one timed window of ``--steps`` steps after ``--warmup`` steps, the device
+  synchronised only before and after it (a sync per step would measure latency, not throughput).
+  The data and e2e stages first discard the batches the workers prepared ahead (``workers x
+  prefetch_factor``), so that none made before the timer starts is counted.
   Configurations: "plain" (the recipe today: CPU SimCLR transforms in DataLoader workers, fp32,
   contiguous, eager, unfused Adam) and, when any option flag is given, "fast" with those
   options. Peak device memory per stage on CUDA (torch.cuda.max_memory_allocated).
@@ -95,18 +99,25 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def timed_steps(step: Callable[[], None], device: torch.device, warmup: int, steps: int) -> list[float]:
-    """Seconds of each of ``steps`` calls after ``warmup`` calls, the device synchronised after each."""
+def timed_window(step: Callable[[], None], device: torch.device, warmup: int, steps: int,
+                 before: Callable[[], None] | None = None) -> float:
+    """Seconds of ``steps`` calls after ``warmup`` calls (and ``before``, untimed), the device
+    synchronised before the timer starts and after the last call only."""
     for _ in range(warmup):
         step()
+    if before is not None:
+        before()
     sync(device)
-    times = []
+    start = time.perf_counter()
     for _ in range(steps):
-        start = time.perf_counter()
         step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return times
+    sync(device)
+    return time.perf_counter() - start
+
+
+def prefetched(loader) -> int:
+    """How many batches the loader's workers prepare ahead of the consumer."""
+    return loader.num_workers * (loader.prefetch_factor or 0)
 
 
 def cycle(loader) -> Iterator:
@@ -215,16 +226,20 @@ def run_config(cfg: Config, backbone: str, stem: str, loss_name: str, train, spe
     rows: list[dict[str, Any]] = []
     base = {"backbone": backbone, "stem": stem, "loss": loss_name, "config": cfg.label()}
 
-    def record(stage: str, times: list[float], extra: dict[str, Any] | None = None) -> None:
-        median = statistics.median(times)
-        rows.append({**base, "stage": stage, "img_per_s": views_per_batch / median, "ms_per_step": 1e3 * median,
-                     "steps": len(times), "peak_mib": peak_mib(device), **(extra or {})})
+    def record(stage: str, seconds: float, extra: dict[str, Any] | None = None) -> None:
+        per_step = seconds / args.steps
+        rows.append({**base, "stage": stage, "img_per_s": views_per_batch / per_step, "ms_per_step": 1e3 * per_step,
+                     "steps": args.steps, "peak_mib": peak_mib(device), **(extra or {})})
+
+    def drain(next_batch: Callable[[], Any], loader) -> Callable[[], None]:
+        return lambda: [next_batch() for _ in range(prefetched(loader))]
 
     # data only
     torch.manual_seed(0)
     next_batch, loader = make_pipeline(cfg, train, spec, args, device)
     reset_peak(device)
-    record("data", timed_steps(next_batch, device, args.warmup, args.steps))
+    record("data", timed_window(next_batch, device, args.warmup, args.steps, before=drain(next_batch, loader)))
+    del loader, next_batch
 
     # compute only, on pre-made tensors
     step = make_step(cfg, backbone, stem, loss_name, args, device)
@@ -238,12 +253,15 @@ def run_config(cfg: Config, backbone: str, stem: str, loss_name: str, train, spe
     sync(device)
     first_s = time.perf_counter() - first
     reset_peak(device)
-    record("compute", timed_steps(lambda: step(views, labels), device, max(args.warmup - 1, 0), args.steps),
+    record("compute", timed_window(lambda: step(views, labels), device, max(args.warmup - 1, 0), args.steps),
            {"first_step_s": first_s})
 
-    # end to end
+    # end to end, on a fresh pipeline whose queue did not fill while the compute stage ran
+    torch.manual_seed(0)
+    next_batch, loader = make_pipeline(cfg, train, spec, args, device)
     reset_peak(device)
-    record("e2e", timed_steps(lambda: step(*next_batch()), device, args.warmup, args.steps))
+    record("e2e", timed_window(lambda: step(*next_batch()), device, args.warmup, args.steps,
+                               before=drain(next_batch, loader)))
     del loader, next_batch
     gc.collect()
     return rows
@@ -281,27 +299,29 @@ def kornia_pipeline(spec: DatasetSpec, kernel: int, device: torch.device) -> tor
 
 
 def augment_bench(train, spec, args, device) -> list[dict[str, Any]]:
-    import kornia
-
+    try:
+        import kornia
+    except ImportError:
+        kornia = None
+        print("note: kornia is not installed (it is no dependency of hscl_zoo): its row is left out; "
+              "`pip install kornia` to compare with it.\n")
     raw = RawImageDataset(train.select(range(min(len(train), args.batch_size))), cache=True)
     images = raw.images.to(device)
     ours = BatchSimCLRAugment(32, mean=spec.mean, std=spec.std, views=args.views).to(device)
-    theirs = kornia_pipeline(spec, ours.blur_kernel, device)
     cpu_transform = simclr_transform(32, mean=spec.mean, std=spec.std)
     pil = [train[i]["image"] for i in range(min(len(train), args.batch_size))]
     n_views = images.shape[0] * args.views
-
-    def kornia_call() -> None:
-        x = images.float().div_(255).repeat_interleave(args.views, dim=0)
-        theirs(x)
 
     def cpu_call() -> None:
         for image in pil:
             for _ in range(args.views):
                 cpu_transform(image)
 
-    methods = {"torch (hscl_zoo.data.device_augment)": lambda: ours(images), f"kornia {kornia.__version__}": kornia_call,
-               "CPU per-image pipeline, 1 process": cpu_call}
+    methods = {"torch (hscl_zoo.data.device_augment)": lambda: ours(images)}
+    if kornia is not None:
+        theirs = kornia_pipeline(spec, ours.blur_kernel, device)
+        methods[f"kornia {kornia.__version__}"] = lambda: theirs(images.float().div_(255).repeat_interleave(args.views, dim=0))
+    methods["CPU per-image pipeline, 1 process"] = cpu_call
     times: dict[str, list[float]] = {name: [] for name in methods}
     for fn in methods.values():  # warm-up
         fn()
@@ -409,10 +429,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backbones", nargs="+", default=["resnet18", "resnet50"])
     p.add_argument("--stems", nargs="+", default=["small"], choices=["small", "default"])
     p.add_argument("--losses", nargs="+", default=list(LOSS_NAMES), choices=list(LOSS_NAMES))
-    p.add_argument("--batch-size", type=int, default=64, help="images per step (views = batch x --views)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="images per step (views = batch x --views); default 512 on CUDA (smaller is launch-bound), 64 on CPU")
     p.add_argument("--views", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5, help="timed steps per stage (median reported)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=None, help="timed steps per stage, one window; default 50 on CUDA, 5 on CPU")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps first; default 10 on CUDA, 2 on CPU")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 16))
     p.add_argument("--data-dir", default=None, help=f"CIFAR-10 parquet folder (default {DEFAULT_DATA})")
     p.add_argument("--rows", type=int, default=4096, help="rows of the training split to use")
@@ -435,6 +456,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    for key, gpu, cpu in (("batch_size", 512, 64), ("steps", 50, 5), ("warmup", 10, 2)):
+        if getattr(args, key) is None:
+            setattr(args, key, gpu if on_gpu else cpu)
     if args.threads:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
@@ -448,7 +473,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         train, spec, source = load_data(args)
         print(f"data: {source}; batch {args.batch_size} images x {args.views} views; workers {args.workers}; "
-              f"{args.steps} timed steps after {args.warmup} warm-up\n")
+              f"one window of {args.steps} timed steps after {args.warmup} warm-up\n")
         if args.augment_bench:
             out["augment"] = augment_bench(train, spec, args, device)
         else:

@@ -330,7 +330,7 @@ def test_raw_dataset_items_and_cache(small_train):
     raw = RawImageDataset(small_train)
     cached = RawImageDataset(small_train, cache=True)
     assert cached.cached and cached.images.shape[0] == 40 and cached.images.dtype == torch.uint8
-    assert cached.images.is_shared()
+    assert not cached.images.is_shared()  # shared only on request (share=True), see test_cuda_readiness
     for i in (0, 17, 39):
         image, label, index = raw[i]
         assert image.dtype == torch.uint8 and image.shape[0] == 3 and index == i

@@ -26,9 +26,9 @@ there is no host synchronisation.
 Differences from the CPU pipeline, by design: the CPU pipeline crops, jitters and converts to
 grayscale on uint8 PIL images (rounding to integers after each step, PIL's filters); here
 everything after the uint8 input is float32, so pixel values differ slightly while the random
-parameters follow the same distributions. Keep float32 matmuls exact: with
-``torch.backends.cuda.matmul.allow_tf32 = True`` (or ``set_float32_matmul_precision("high")``)
-the resampling products run in TF32 and lose about three decimal digits.
+parameters follow the same distributions. The products run in full float32 even where TF32 is
+on for the rest of the process (:func:`~hscl_zoo.data.device_ops.exact_float32_matmul`): in TF32
+the resampling weights would lose about three decimal digits.
 
 Reproducibility: the parameters come from a ``torch.Generator`` (CPU by default, so a seed gives
 the same views on any device). :meth:`BatchSimCLRAugment.set_epoch` reseeds it from
@@ -50,6 +50,7 @@ from torchvision.transforms import v2
 from hscl_zoo.data.device_ops import (
     AugmentParams,
     color_jitter,
+    exact_float32_matmul,
     gaussian_band_matrix,
     luma,
     resample_matrix,
@@ -262,7 +263,12 @@ class BatchSimCLRAugment(nn.Module):
         return self.apply(images, params)
 
     def apply(self, images: Tensor, params: AugmentParams) -> Tensor:
-        """The views of ``images`` for given parameters (row ``b * V + v`` is view ``v`` of image ``b``)."""
+        """The views of ``images`` for given parameters (row ``b * V + v`` is view ``v`` of image ``b``),
+        computed with exact float32 matrix products even where TF32 is on (`exact_float32_matmul`)."""
+        with exact_float32_matmul():
+            return self._views(images, params)
+
+    def _views(self, images: Tensor, params: AugmentParams) -> Tensor:
         batch, views = self._check(images)
         if len(params) != batch * views:
             raise ValueError(f"params has {len(params)} rows; {batch} images x {views} views need {batch * views}")

@@ -8,14 +8,33 @@ products, colour jitter as fused blends and one HSV rotation.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
 
-__all__ = ["AugmentParams", "resample_matrix", "gaussian_band_matrix", "luma", "color_jitter", "rotate_hue"]
+__all__ = ["AugmentParams", "resample_matrix", "gaussian_band_matrix", "luma", "color_jitter", "rotate_hue",
+           "exact_float32_matmul"]
 
 _LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
+
+
+@contextmanager
+def exact_float32_matmul() -> Iterator[None]:
+    """Run float32 matrix products in full float32 inside, whatever the process-wide setting.
+
+    TF32 (``torch.backends.cuda.matmul.allow_tf32 = True``, ``set_float32_matmul_precision("high")``;
+    Accelerate turns it on when its dynamo backend is set) keeps 10 mantissa bits, so the
+    resampling and blur products would lose about three decimal digits. The setting is restored
+    on exit."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 # ----------------------------------------------------------------------------- parameters

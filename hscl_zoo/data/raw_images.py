@@ -7,7 +7,12 @@ as uint8); :class:`hscl_zoo.data.device_augment.BatchSimCLRAugment` then makes t
 
 from __future__ import annotations
 
+import math
+import multiprocessing
+import shutil
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -19,7 +24,36 @@ from torch import Tensor
 from hscl_zoo.data.datasets import require_internal_columns
 from hscl_zoo.data.views import MultiViewDataset
 
-__all__ = ["RawImageDataset", "decode_image"]
+__all__ = ["RawImageDataset", "decode_image", "cache_placement", "workers_need_shared_memory", "shared_memory_free"]
+
+SHM = Path("/dev/shm")
+SHM_HEADROOM = 0.8
+
+
+def workers_need_shared_memory(num_workers: int) -> bool:
+    """Whether DataLoader workers can reach a tensor only through shared memory: with workers
+    started by ``fork`` (Linux's default) they inherit the parent's memory, copy-on-write, and
+    read the cache without a copy; ``spawn`` / ``forkserver`` workers receive it pickled, which
+    torch does through shared memory."""
+    return num_workers > 0 and multiprocessing.get_start_method() != "fork"
+
+
+def shared_memory_free(path: Path = SHM) -> int | None:
+    """Free bytes of the shared-memory filesystem (None where there is none)."""
+    return shutil.disk_usage(path).free if path.is_dir() else None
+
+
+def cache_placement(nbytes: int, *, share: bool, shm_free: int | None) -> str:
+    """Where a cache of `nbytes` goes: "private" memory (no sharing needed), "shared" memory
+    (fits in 80% of `shm_free`), or "none" (sharing is needed and does not fit: decode per row).
+
+    Containers often mount a 64 MiB /dev/shm; a 1.2 GB Tiny ImageNet cache there would die with
+    SIGBUS on first touch rather than fail cleanly, hence the check before allocating."""
+    if not share:
+        return "private"
+    if shm_free is not None and nbytes <= SHM_HEADROOM * shm_free:
+        return "shared"
+    return "none"
 
 
 def decode_image(image: Any) -> Tensor:
@@ -46,10 +80,13 @@ class RawImageDataset(torch.utils.data.Dataset):
     partners drawn as :class:`hscl_zoo.data.views.MultiViewDataset` draws them (a function of
     ``(seed, epoch, i)``; call :meth:`set_epoch`), and the augmenter makes one view of each.
 
-    ``cache=True`` decodes every row once, at construction, into one uint8 tensor in shared
-    memory (``images``: (N, 3, H, W); CIFAR-10 train is 150 MB), so workers, or the main process
-    with ``num_workers=0``, only index it; :meth:`__getitems__` fetches a whole batch with one
+    ``cache=True`` decodes every row once, at construction, into one uint8 tensor
+    (``images``: (N, 3, H, W); CIFAR-10 train is 150 MB), so workers, or the main process with
+    ``num_workers=0``, only index it; :meth:`__getitems__` fetches a whole batch with one
     gather. Batching needs every image to have the same size (true of the zoo's datasets).
+    ``share=True`` (pass :func:`workers_need_shared_memory`) puts it in shared memory when
+    /dev/shm has room, and otherwise warns and leaves the rows to be decoded on demand
+    (``cached`` is then False); see :func:`cache_placement`.
     """
 
     def __init__(
@@ -57,6 +94,7 @@ class RawImageDataset(torch.utils.data.Dataset):
         dataset: datasets.Dataset,
         *,
         cache: bool = False,
+        share: bool = False,
         label_positive: bool = False,
         views: int = 2,
         seed: int = 0,
@@ -69,11 +107,27 @@ class RawImageDataset(torch.utils.data.Dataset):
             MultiViewDataset(dataset, _no_transform, views=views, label_positive=True, seed=seed)
             if label_positive else None
         )
-        self.images: Tensor | None = self._decode_all() if cache else None
+        self.images: Tensor | None = self._decode_all(share) if cache else None
 
-    def _decode_all(self) -> Tensor:
+    def _decode_all(self, share: bool) -> Tensor | None:
         first = decode_image(self.dataset[0]["image"])
-        out = torch.empty((len(self.dataset), *first.shape), dtype=torch.uint8)
+        shape = (len(self.dataset), *first.shape)
+        nbytes = math.prod(shape)
+        free = shared_memory_free()
+        placement = cache_placement(nbytes, share=share, shm_free=free)
+        if placement == "none":
+            warnings.warn(
+                f"RawImageDataset: the uint8 cache ({nbytes / 2**20:.0f} MiB) must be in shared memory for workers "
+                f"started by {multiprocessing.get_start_method()!r}, and {SHM} has "
+                f"{'no' if free is None else f'{free / 2**20:.0f} MiB'} free: the images are decoded per row "
+                "instead. Give the container more shared memory (docker run --shm-size 4g), or use num_workers 0, "
+                "or fork-started workers.",
+                stacklevel=3,
+            )
+            return None
+        out = torch.empty(shape, dtype=torch.uint8)
+        if placement == "shared":
+            out.share_memory_()
         row = 0
         for chunk in self.dataset.select_columns(["image"]).iter(batch_size=1024):
             for image in chunk["image"]:
@@ -84,7 +138,7 @@ class RawImageDataset(torch.utils.data.Dataset):
                     )
                 out[row] = decoded
                 row += 1
-        return out.share_memory_()
+        return out
 
     @property
     def cached(self) -> bool:

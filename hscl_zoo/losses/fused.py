@@ -5,39 +5,74 @@ through autograd: about forty passes over N x N memory. Here the sets are (image
 float masks broadcast over views: rows are anchors image-major (image, view), columns are
 candidates view-major (view, image), so in the (b, V, V, B) layout a mask broadcasts along the
 two view axes and its rows stay contiguous. The exponentials e = exp(g) are taken once (cosines
-are bounded, so no row maximum is needed) and, with -psi on the positive pairs, are all that is
-kept for the backward pass: it gets each pair's sigmoid as 1 - exp(-psi) and the weights from e,
-in place, and writes the gradient out by hand. On a CPU one pass over N x N memory costs a
+are bounded, so no row maximum is needed); with a = M x (the weighted mean of e over each
+anchor's negatives) they are all the backward pass needs: it gets each pair's sigmoid as
+a / (a + e_ip), stable at any size, and the weights from e, in place, and writes the gradient out
+by hand; the forward's second buffer, -psi on the positive pairs, becomes the gradient's. psi
+is log(1 + a / e_ip), formed with log1p wherever M and T let a / e_ip fall below 1/16, so that a
+tiny psi (a trained-looking batch at a low temperature) keeps its relative precision instead of
+1 + psi rounding to 1. log1p costs a CPU about three times log's pass, so where
+a / e_ip >= M e^{-2/T} >= 1/16 (the paper's T = 0.5 at any usual batch) log(1 + y), exact to
+~1e-6 there, is kept. On a CPU one pass over N x N memory costs a
 sixth to a quarter of the similarity matmul at d = 128, and fresh N x N memory costs more than
 reused, so the passes and the buffers are what is counted: for H-SCL(beta) with beta = 1, ten
 passes forward and seven backward over two N x N buffers.
 
 It serves every case whose weights are uniform, exp(beta * g) or a threshold, without the
-debiasing of H-UCL, at temperatures where the exponentials stay in floating-point range;
-`fused_applicable` says when, and the general path covers the rest.
+debiasing of H-UCL, at temperatures where every exponential it forms stays a normal floating-point
+number (neither overflows nor sinks into the subnormals, where relative precision is lost);
+`fused_applicable` says when, and the general path covers the rest. A second derivative
+(backward with create_graph=True) is taken through the general path, recomputed from the saved
+inputs, which is differentiable twice.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
 
+# log1p replaces log(1 + y) where y = a / e_ip may fall below this (then log(1 + y) loses ~eps / y).
+_LOG1P_BELOW = 1.0 / 16
+# Largest |log x| kept for the intermediates, a margin inside the normal range (float32: e^-87.3 .. e^88.7).
 _EXP_LIMIT = {torch.float32: 80.0, torch.float64: 700.0}
 
 
-def fused_applicable(hardening, tau_plus: float, temperature: float, M: float, dtype: torch.dtype) -> bool:
-    """Whether the exponentials stay in range: with g in [-1/T, 1/T], the weighted sums reach
-    N e^{(1 + beta)/T} and the ratio a / e_ip reaches M e^{2/T}."""
+def fused_applicable(hardening, tau_plus: float, temperature: float, M: float, dtype: torch.dtype, candidates: int) -> bool:
+    """Whether the fused path keeps full relative precision: it covers this weighting, and with
+    g in [-1/T, 1/T] every intermediate stays a normal number of `dtype`. The sums of w e over
+    `candidates` embeddings reach N e^{(1 + beta)/T} and single terms fall to e^{-(1 + beta)/T};
+    the ratio a / e_ip, hence psi and its sigmoid, lies in M e^{+-2/T}; the per-anchor gradient
+    scale (sum of sigmoids) / (sum of w e) falls to (M / N) e^{-(1 + beta)/T}. Below these
+    bounds a value would overflow or lose digits in the subnormals, so the general path, which
+    works in log space, takes over."""
     if tau_plus > 0 or not (hardening is None or isinstance(hardening, (ExponentialTilt, Threshold))):
         return False
     beta = hardening.beta if isinstance(hardening, ExponentialTilt) else 0.0
     limit = _EXP_LIMIT.get(dtype, 0.0)
-    log_m = math.log(max(M, 1.0))
-    return (1 + beta) / temperature + math.log(M + 2) < limit and 2 / temperature + log_m < limit
+    span = (1 + beta) / temperature
+    log_n, log_m = math.log(max(candidates, 1)), math.log(M)
+    return max(span + log_n, 2 / temperature + abs(log_m), span + abs(log_n - log_m)) < limit
+
+
+def autocast_off(method: Callable) -> Callable:
+    """Run a custom autograd Function's forward or backward with autocast off on the device of its
+    first tensor argument: the device-generic equivalent of torch.amp.custom_fwd /
+    custom_bwd with float32 pinned, for Functions whose callers hand them float32 (or float64).
+    Without it a backward called inside an autocast region would run its matmuls in bf16/fp16."""
+
+    @functools.wraps(method)
+    def run(ctx, *args):
+        device_type = next(a.device.type for a in args if isinstance(a, Tensor))
+        with torch.autocast(device_type=device_type, enabled=False):
+            return method(ctx, *args)
+
+    return run
 
 
 def image_sets(
@@ -86,31 +121,37 @@ class _FusedInfoNCE(torch.autograd.Function):
     Anchors z (b*V, d) are image-major, candidates z_all (V*B, d) view-major; `minus_counted`
     (b, B) is -1 on the positive images of anchors that have a negative, `negative` (b, B) is the
     negative-image mask and `own` the flat index of each anchor's entry against itself.
+    `general(z, z_all)` computes the same sum, differentiably, from (b, V, d) anchors and
+    (B, V, d) candidates; it serves a backward that must itself be differentiable.
 
     Both N x N buffers are overwritten by the backward pass; if it runs a second time on the same
     graph (retain_graph=True) it recomputes them from z and z_all.
     """
 
     @staticmethod
-    def forward(ctx, z, z_all, minus_counted, negative, own, views, M, temperature, hardening, slope):  # type: ignore[override]
+    @autocast_off
+    def forward(ctx, z, z_all, minus_counted, negative, own, views, M, temperature, hardening, slope, general):  # type: ignore[override]
         inv_t = 1.0 / temperature
-        state = _pair_terms(z, z_all, minus_counted, negative, views, M, inv_t, hardening)
-        neg_psi = state[1]
-        total = neg_psi.take(own).sum() - neg_psi.sum()
+        state = _pair_terms(z, z_all, minus_counted, negative, own, views, M, inv_t, hardening)
+        total = state[1].sum().neg()
         ctx.save_for_backward(z, z_all, minus_counted, negative, own)
         ctx.state = state
-        ctx.meta = (views, M, inv_t, slope, hardening)
+        ctx.meta = (views, M, inv_t, slope, hardening, general)
         return total
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_total):  # type: ignore[override]
         z, z_all, minus_counted, negative, own = ctx.saved_tensors
-        V, M, inv_t, slope, hardening = ctx.meta
-        state = ctx.state if ctx.state is not None else _pair_terms(z, z_all, minus_counted, negative, V, M, inv_t, hardening)
+        V, M, inv_t, slope, hardening, general = ctx.meta
+        if torch.is_grad_enabled():
+            return (*_differentiable_grads(ctx, general, grad_total), *[None] * 9)
+        state = ctx.state if ctx.state is not None else _pair_terms(z, z_all, minus_counted, negative, own, V, M, inv_t, hardening)
         ctx.state = None  # the buffers are overwritten below; released with them, as saved tensors are after backward
-        e, grad, sum_w, sum_we, level = state
+        e, grad, sum_w, sum_we, level, a = state
         neg = negative[:, None, None, :]
-        grad.exp_().sub_(1.0)  # exp(-psi) - 1 = -sigmoid(log M + log E - g_ip) on counted pairs, 0 elsewhere
+        # -sigmoid(log M + log E - g_ip) = -a / (a + e_ip) on counted pairs, 0 elsewhere
+        torch.div(minus_counted[:, None, None, :] * a, torch.add(e, a, out=grad), out=grad)
         grad.view(-1).index_fill_(0, own, 0.0)
         s = grad.sum(dim=(2, 3), keepdim=True).neg_()
         # d/dg of log(sum w e) - log(sum w) is upper * w e - lower * w on each negative of weight w.
@@ -137,13 +178,26 @@ class _FusedInfoNCE(torch.autograd.Function):
         scale = grad_total * inv_t
         grad_z = (grad @ z_all).mul_(scale) if ctx.needs_input_grad[0] else None
         grad_z_all = (z.T @ grad).T.mul_(scale) if ctx.needs_input_grad[1] else None
-        return grad_z, grad_z_all, None, None, None, None, None, None, None, None
+        return grad_z, grad_z_all, None, None, None, None, None, None, None, None, None
 
 
-def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tensor, V: int, M: float, inv_t: float, hardening):
+def _differentiable_grads(ctx, general: Callable[[Tensor, Tensor], Tensor], grad_total: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    """The gradients for z and z_all as differentiable functions of them (backward with
+    create_graph=True): `general` recomputes the sum from the saved inputs and autograd, twice
+    differentiable, takes it from there."""
+    z, z_all = ctx.saved_tensors[:2]
+    V = ctx.meta[0]
+    total = general(z.view(z.shape[0] // V, V, -1), z_all.view(V, z_all.shape[0] // V, -1).transpose(0, 1))
+    wanted = [t for t, needed in zip((z, z_all), ctx.needs_input_grad[:2]) if needed]
+    grads = iter(torch.autograd.grad(total, wanted, grad_total, create_graph=True, allow_unused=True))
+    return tuple(next(grads) if needed else None for needed in ctx.needs_input_grad[:2])  # type: ignore[return-value]
+
+
+def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tensor, own: Tensor, V: int, M: float, inv_t: float, hardening):
     """The forward computation in the (b, V, V, B) layout: e, -psi on counted positive pairs
-    (0 elsewhere), the sum of weights and of weights x e per anchor, and the per-anchor
-    threshold level (None unless thresholded)."""
+    (0 elsewhere, the anchor's own entry included), the sum of weights and of weights x e per
+    anchor, the per-anchor threshold level (None unless thresholded) and a = M x the weighted
+    mean of e per anchor."""
     b, B = negative.shape
     tiny = torch.finfo(z.dtype).tiny
     neg = negative[:, None, None, :]
@@ -165,9 +219,12 @@ def _pair_terms(z: Tensor, z_all: Tensor, minus_counted: Tensor, negative: Tenso
         scratch.mul_(e)
     sum_we = scratch.sum(dim=(2, 3), keepdim=True).clamp_min_(tiny)
     sum_w = sum_w.clamp_min(tiny)
-    a = sum_we.div(sum_w).mul_(M)  # M x (weighted mean of e over negatives), per anchor
-    neg_psi = torch.div(a, e, out=scratch).add_(1.0).log_().mul_(minus_counted[:, None, None, :])
-    return e, neg_psi, sum_w, sum_we, level
+    a = sum_we.div(sum_w).mul_(M)
+    y = torch.div(a, e, out=scratch)
+    psi = y.log1p_() if math.log(M) - 2 * inv_t < math.log(_LOG1P_BELOW) else y.add_(1.0).log_()
+    neg_psi = psi.mul_(minus_counted[:, None, None, :])
+    neg_psi.view(-1).index_fill_(0, own, 0.0)
+    return e, neg_psi, sum_w, sum_we, level, a
 
 
 def _own_entries(b: int, V: int, B: int, offset: int, device: torch.device) -> Tensor:
@@ -201,11 +258,13 @@ def fused_psi_sum(
     temperature: float,
     hardening,
     detach_weights: bool,
+    general: Callable[[Tensor, Tensor], Tensor],
 ) -> tuple[Tensor, Tensor]:
     """Sum of psi over the counted (anchor, positive) pairs and their number, for anchors z
     (b, V, d), global images offset..offset+b-1, against candidates z_all (B, V, d); positives
     and negatives are images sharing or not sharing the anchor's label or image, as asked. An
-    anchor without negatives counts no pair."""
+    anchor without negatives counts no pair. `general(z, z_all)` is the same sum computed by
+    differentiable operations, used for a second derivative."""
     b, V, d = z.shape
     B = z_all.shape[0]
     positive, negative = image_sets(b, B, offset, labels_all, label_positives=label_positives,
@@ -226,5 +285,6 @@ def fused_psi_sum(
         temperature,
         hardening,
         float(slope),
+        general,
     )
     return total, count

@@ -9,8 +9,11 @@ positive p,
     psi_ip = log(1 + M * exp(-g_ip) * sum_j w_ij e^{g_ij} / sum_j w_ij),   g = cosine / temperature,
 
 and the loss is the mean of psi over all (anchor, positive) pairs. The general path computes it in
-log space; the fused path (`hscl_zoo.losses.fused`) takes the exponentials directly where the cosine
-bound keeps them in floating-point range.
+log space (psi = softplus(log M + log E - g), the debiased E in log space too); the fused path
+(`hscl_zoo.losses.fused`) takes the exponentials directly where the cosine bound keeps them normal
+floating-point numbers. Both keep float32 relative precision when psi is tiny (trained-looking
+batches at low temperature), are differentiable twice, and run in float32 (or float64 for float64
+features) even when called, or differentiated, inside an autocast region.
 """
 
 from __future__ import annotations
@@ -23,8 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
-from hscl_zoo.losses.fused import fused_applicable, fused_psi_sum
-from hscl_zoo.losses.hardening import HardeningFn, LinearThresholdSchedule, log_hardening_weight
+from hscl_zoo.losses.fused import autocast_off, fused_applicable, fused_psi_sum
+from hscl_zoo.losses.hardening import (
+    ExponentialTilt,
+    HardeningFn,
+    LinearThresholdSchedule,
+    Threshold,
+    log_hardening_weight,
+)
 
 Positives = Literal["views", "labels"]
 Negatives = Literal["other-images", "other-labels"]
@@ -53,12 +62,21 @@ class ContrastiveLoss(nn.Module):
     Edge cases: an anchor with no negative (a one-class batch for SCL) or no positive contributes
     nothing; if no pair contributes, the loss is an exact, differentiable 0.
 
+    Paths: each call runs the fused path (`hscl_zoo.losses.fused`) when `fused_applicable` says it
+    keeps full precision for this weighting, temperature, M and number of embeddings, else the
+    general log-space path; `last_path` ("fused" or "general", None before the first call) says
+    which ran. Setting `allow_fused = False` on an instance forces the general path. Second
+    derivatives (backward with create_graph=True) are exact on both paths.
+
     Under torch.distributed the features and labels of every process are gathered with gradient,
     so each local anchor meets the negatives of the global batch. Each process returns
     (world size) * (sum of its pairs' psi) / (global number of pairs): the mean over processes is
     the loss of the global batch, and DDP's gradient averaging yields its gradient. Gradient
     accumulation does not add negatives: each micro-batch only sees its own global batch.
     """
+
+    allow_fused: bool = True
+    last_path: str | None = None
 
     def __init__(
         self,
@@ -129,23 +147,29 @@ class ContrastiveLoss(nn.Module):
         tensor outside torch.distributed), `offset` the first local image in it. Nothing is
         reduced over processes: `forward` does that; the diagnostics call this on one batch.
         """
-        B, V, _ = z.shape
-        M = self.M if self.M is not None else max(z_all.shape[0] * V - 2, 1)
-        if fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype):
+        candidates = z_all.shape[0] * z.shape[1]
+        M = self.M if self.M is not None else max(candidates - 2, 1)
+        fused = self.allow_fused and fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype, candidates)
+        self.last_path = "fused" if fused else "general"
+        if fused:
             return self._fused_psi_sum(z, z_all, labels_all, offset, M)
         return self._masked_psi_sum(z, z_all, labels_all, offset, M)
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
-        """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views."""
+        """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views; its second
+        derivative comes from the general path."""
+        def general(z: Tensor, z_all: Tensor) -> Tensor:
+            return self._masked_psi_sum(z, z_all, labels_all, offset, M)[0]
+
         return fused_psi_sum(z, z_all, labels_all, offset, label_positives=self.positives == "labels",
                              label_negatives=self.negatives == "other-labels", M=M, temperature=self.temperature,
-                             hardening=self.hardening, detach_weights=self.detach_weights)
+                             hardening=self.hardening, detach_weights=self.detach_weights, general=general)
 
     def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The general path: any hardening function, H-UCL debiasing, any temperature."""
         B, V, d = z.shape
         n_all = z_all.shape[0] * V
-        g = z.reshape(B * V, d) @ z_all.reshape(n_all, d).T / self.temperature
+        g = _ScaledGram.apply(z.reshape(B * V, d), z_all.reshape(n_all, d), 1.0 / self.temperature)
         sets = pair_sets(B, V, z_all.shape[0], offset, labels_all, device=z.device)
         negative = sets.other_images if self.negatives == "other-images" else sets.other_labels
         positive = sets.same_image if self.positives == "views" else sets.same_label
@@ -227,31 +251,37 @@ def log_weighted_mean_exp(
 
 
 def debiased_log_mean(log_mean: Tensor, g_pos: Tensor, tau_plus: float, temperature: float) -> Tensor:
-    """log max((E - tau_plus e^{g_ip}) / (1 - tau_plus), e^{-1/temperature}) for every pair,
-    computed relative to the largest possible value e^{1/temperature} so nothing overflows."""
-    top = 1.0 / temperature
-    scaled = (torch.exp(log_mean - top) - tau_plus * torch.exp(g_pos - top)) / (1.0 - tau_plus)
-    tiny = torch.finfo(scaled.dtype).tiny
-    floor = max(-2.0 * top, math.log(tiny))
-    return torch.log(scaled.clamp_min(tiny)).clamp_min(floor) + top
+    """log max((E - tau_plus e^{g_ip}) / (1 - tau_plus), e^{-1/temperature}) for every pair, in log
+    space: log E + log(1 - e^u) - log(1 - tau_plus) with u = log(tau_plus e^{g_ip} / E), so the
+    floor is exactly -1/temperature at any temperature and nothing overflows or underflows. Pairs
+    with u >= 0 (E no larger than tau_plus e^{g_ip}) take the floor, and no gradient, as the
+    clamp of the formula gives them."""
+    u = g_pos + math.log(tau_plus) - log_mean
+    floored = u >= -torch.finfo(u.dtype).tiny  # keeps 1 / (1 - e^u), the derivative, finite
+    log_one_minus = torch.log(-torch.expm1(u.masked_fill(floored, -1.0)))
+    log_unfloored = (log_mean + log_one_minus - math.log1p(-tau_plus)).masked_fill(floored, -math.inf)
+    return log_unfloored.clamp_min(-1.0 / temperature)
 
 
 def normalized(features: Tensor, *, loss_name: str) -> Tensor:
     """Features L2-normalised along the last dimension, in float64 if given float64, else float32.
 
     Refuses NaN and inf (and values so large that their norm overflows) with a ValueError. The
-    check reads the B*V norms rather than every element: one small reduction and, on a GPU, one
-    host sync per call.
+    check reads the B*V norms the normalisation computes anyway, so it costs one reduction over
+    B*V numbers; on a GPU it also costs one host synchronisation per call (the CPU waits for the
+    encoder's forward before queueing the loss), small against a ResNet step.
     """
     return _UnitNormalize.apply(features.to(torch.float64 if features.dtype == torch.float64 else torch.float32), loss_name)
 
 
 class _UnitNormalize(torch.autograd.Function):
-    """z = f / max(|f|, eps) with the backward written out: (g - z <g, z>) / |f| where unclamped."""
+    """z = f / max(|f|, eps) with the backward written out: (g - z <g, z>) / |f| where unclamped;
+    under create_graph=True that formula is recomputed from f, so it is differentiable again."""
 
     eps = 1e-12
 
     @staticmethod
+    @autocast_off
     def forward(ctx, f: Tensor, loss_name: str) -> Tensor:  # type: ignore[override]
         norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
         if not bool(torch.isfinite(norms).all()):
@@ -259,17 +289,39 @@ class _UnitNormalize(torch.autograd.Function):
                 f"{loss_name}: features contain NaN or inf (or values whose norm overflows); check the encoder's "
                 "output (learning rate, mixed precision)."
             )
-        unclamped = norms >= _UnitNormalize.eps
-        norms = norms.clamp_min_(_UnitNormalize.eps)
-        z = f / norms
-        ctx.save_for_backward(z, norms, unclamped)
+        z = f / norms.clamp_min(_UnitNormalize.eps)
+        ctx.save_for_backward(f, z, norms)
         return z
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        z, norms, unclamped = ctx.saved_tensors
-        along = (grad * z).sum(dim=-1, keepdim=True).mul_(unclamped)
-        return torch.addcmul(grad, z, along, value=-1.0).div_(norms), None
+        f, z, norms = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+            z = f / norms.clamp_min(_UnitNormalize.eps)
+        along = (grad * z).sum(dim=-1, keepdim=True) * (norms >= _UnitNormalize.eps)
+        return (grad - z * along) / norms.clamp_min(_UnitNormalize.eps), None
+
+
+class _ScaledGram(torch.autograd.Function):
+    """g = (a @ b.T) * scale, the general path's similarity matmul, with its backward pinned to
+    float32 under autocast and written with out-of-place operations, so it is differentiable again."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, a: Tensor, b: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(a, b)
+        ctx.scale = scale
+        return (a @ b.T).mul_(scale)
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        a, b = ctx.saved_tensors
+        grad_a = (grad @ b) * ctx.scale if ctx.needs_input_grad[0] else None
+        grad_b = (grad.T @ a) * ctx.scale if ctx.needs_input_grad[1] else None
+        return grad_a, grad_b, None
 
 
 def validate_inputs(features: Tensor, labels: Tensor | None, *, needs_labels: bool, loss_name: str) -> Tensor | None:

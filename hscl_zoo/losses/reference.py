@@ -1,7 +1,8 @@
 """A plain-loop implementation of the loss contract (docs/losses.md), written from the formulas.
 
 Slow and obvious on purpose: the tests compare the vectorised losses with it, and
-benchmarks/loss_bench.py times it as the naive baseline.
+benchmarks/loss_bench.py times it as the naive baseline. Fed float64, it is the yardstick of the
+float32 losses; `random_batch` and `trained_batch` make the float32 inputs of those comparisons.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def reference_loss(
             e = mean
             if tau_plus > 0:
                 e = torch.clamp((mean - tau_plus * torch.exp(g[p])) / (1 - tau_plus), min=math.exp(-1 / temperature))
-            terms.append(torch.log(1 + M * torch.exp(-g[p]) * e))
+            terms.append(torch.log1p(M * torch.exp(-g[p]) * e))
     if not terms:
         return features.sum() * 0
     return torch.stack(terms).mean()
@@ -69,3 +70,54 @@ def exp_tilt(beta: float) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def threshold(level: float, temperature: float) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda t: (t * temperature >= level).to(t.dtype)
+
+
+def random_batch(B: int, V: int, d: int, classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 Gaussian features (B, V, d) and labels cycling through `classes`."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(B, V, d, generator=gen), torch.arange(B) % classes
+
+
+def trained_batch(B: int, V: int, d: int, classes: int, seed: int, spread: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 features as a trained encoder gives them: each class a random direction, each image
+    that direction plus noise of norm `spread` (1.0: distinct images; 0.1: a tight class), its V
+    views the image plus noise of norm 1e-3. At a low temperature psi is then tiny: e^-10 to e^-30."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(B) % classes
+    centres = torch.nn.functional.normalize(torch.randn(classes, d, generator=gen, dtype=torch.float64), dim=-1)
+    noise = torch.nn.functional.normalize(torch.randn(B, d, generator=gen, dtype=torch.float64), dim=-1)
+    images = torch.nn.functional.normalize(centres[labels] + spread * noise, dim=-1)
+    views = images[:, None, :] + 1e-3 * torch.nn.functional.normalize(torch.randn(B, V, d, generator=gen, dtype=torch.float64), dim=-1)
+    return views.float(), labels
+
+
+# The precision cases (tests/test_precision.py, benchmarks/loss_precision.py): name ->
+# (build_loss method, its keyword arguments, the reference's eta at a temperature, tau_plus).
+PRECISION_CASES: dict[str, tuple[str, dict, Callable[[float], Callable | None], float]] = {
+    "ucl": ("ucl", {}, lambda T: None, 0.0),
+    "hucl": ("hucl", dict(beta=1.0), lambda T: exp_tilt(1.0), 0.0),
+    "hucl-debiased": ("hucl", dict(beta=1.0, tau_plus=0.1), lambda T: exp_tilt(1.0), 0.1),
+    "scl": ("scl", {}, lambda T: None, 0.0),
+    "hscl-beta": ("hscl-beta", dict(beta=1.0), lambda T: exp_tilt(1.0), 0.0),
+    "hscl-tau": ("hscl-tau", dict(threshold=0.0), lambda T: threshold(0.0, T), 0.0),
+}
+
+
+def reference_value_and_grad(features: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference loss of the float64 copy of `features` and its gradient (kwargs as reference_loss)."""
+    x = features.double().requires_grad_()
+    value = reference_loss(x, labels, **kwargs)
+    value.backward()
+    return value.detach(), x.grad
+
+
+def relative_errors(loss: Callable, features: torch.Tensor, labels: torch.Tensor | None, reference: torch.Tensor,
+                    reference_grad: torch.Tensor) -> tuple[float, float]:
+    """Relative error of loss(features, labels) against `reference`, and of its gradient against
+    `reference_grad` as max |error| / max |reference entry|."""
+    x = features.clone().requires_grad_()
+    value = loss(x, labels)
+    value.backward()
+    value_err = abs(value.item() - reference.item()) / abs(reference.item())
+    grad_err = ((x.grad.double() - reference_grad).abs().max() / reference_grad.abs().max()).item()
+    return value_err, grad_err

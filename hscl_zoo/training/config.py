@@ -68,7 +68,7 @@ class PretrainConfig:
     optimizer: str = "adam"
     lr: float = 1e-3
     weight_decay: float = 1e-6
-    mixed_precision: str = "no"  # "no", "bf16", "fp16"
+    mixed_precision: str = "no"  # "no" or "bf16" (fp16 is refused: see validate)
     seed: int = 0
     num_workers: int = 0
     # fast path (None: on when training on a CUDA device, off on the CPU)
@@ -76,13 +76,18 @@ class PretrainConfig:
     fused_optimizer: bool | None = None
     gpu_augment: bool | None = None  # batched SimCLR views on the device from uint8 images
     cache_images: bool | None = None  # decode the training set once into memory (None: with gpu_augment)
-    compile: bool = False  # torch.compile the model
+    compile: bool = False  # torch.compile the model (the loss stays eager); off on CUDA too until measured there
+    # device resources and cadence (None: decided per device, see `device_plan`)
+    sync_batchnorm: bool | None = None  # BatchNorm statistics over all processes (None: on with several CUDA processes)
+    memory_check: bool = True  # on CUDA, refuse a run estimated not to fit the device (hscl_zoo.training.resources)
+    monitor_every: int = 1  # epochs between kNN monitors (and always the last)
+    checkpoint_every: int = 1  # epochs between checkpoints (and always the last)
     # monitoring and evaluation
     knn_k: int = 20
     monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
     monitor_test_size: int | None = None  # class-balanced test images it classifies (None: all)
     diagnostics: bool = True
-    diagnostics_every: int = 1  # batches between diagnostics updates (each one syncs the device)
+    diagnostics_every: int | None = None  # batches between diagnostics updates, each a few device syncs (None: 1 on CPU, 25 on CUDA)
     probe_epochs: int = 100
     log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
     # output
@@ -106,8 +111,9 @@ class PretrainConfig:
             raise ValueError(f"stem={self.stem!r}: use 'small', 'default' or 'auto'.")
         if self.views < 2:
             raise ValueError(f"views={self.views}: contrastive losses need at least 2 views per image.")
-        for key in ("epochs", "batch_size", "knn_k", "probe_epochs", "keep_checkpoints", "diagnostics_every"):
-            if getattr(self, key) < 1:
+        for key in ("epochs", "batch_size", "knn_k", "probe_epochs", "keep_checkpoints", "diagnostics_every",
+                    "monitor_every", "checkpoint_every"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)} must be >= 1.")
         if self.num_workers < 0:
             raise ValueError(f"num_workers={self.num_workers} must be >= 0.")
@@ -115,8 +121,12 @@ class PretrainConfig:
             raise ValueError(f"lr={self.lr} must be a positive number (the paper uses 1e-3).")
         if self.optimizer not in ("adam", "adamw", "sgd"):
             raise ValueError(f"optimizer={self.optimizer!r}: use 'adam' (the paper), 'adamw' or 'sgd'.")
-        if self.mixed_precision not in ("no", "bf16", "fp16"):
-            raise ValueError(f"mixed_precision={self.mixed_precision!r}: use 'no', 'bf16' or 'fp16'.")
+        if self.mixed_precision == "fp16":
+            raise ValueError("mixed_precision='fp16' is refused: the loss stops the run on non-finite features, so one "
+                             "fp16 overflow in the encoder would end it where a gradient scaler would only skip a step. "
+                             "Use 'bf16' (float32's range, as fast on GPUs that have it) or 'no'.")
+        if self.mixed_precision not in ("no", "bf16"):
+            raise ValueError(f"mixed_precision={self.mixed_precision!r}: use 'no' or 'bf16'.")
         if self.positives not in (None, "views", "labels"):
             raise ValueError(f"positives={self.positives!r}: use 'views', 'labels' or leave it unset.")
         if self.temperature <= 0:
@@ -211,6 +221,18 @@ class PretrainConfig:
             "cache_images": gpu_augment if self.cache_images is None else self.cache_images,
             "compile": self.compile,
         }
+
+    def device_plan(self, device_type: str, num_processes: int) -> dict[str, Any]:
+        """The device-dependent settings resolved: `sync_batchnorm` (on with several CUDA
+        processes unless set) and `diagnostics_every` (1 on the CPU, 25 on CUDA unless set).
+        Raises ValueError for SyncBatchNorm across CPU processes, which torch does not run."""
+        on_gpu = device_type == "cuda"
+        sync = on_gpu and num_processes > 1 if self.sync_batchnorm is None else self.sync_batchnorm
+        if sync and num_processes > 1 and not on_gpu:
+            raise ValueError(f"sync_batchnorm=true with {num_processes} {device_type} processes: torch's SyncBatchNorm "
+                             "runs on GPUs only. Drop it (each process then normalises its own share of the batch).")
+        every = self.diagnostics_every if self.diagnostics_every is not None else (25 if on_gpu else 1)
+        return {"sync_batchnorm": sync, "diagnostics_every": every}
 
     def method_hyperparameters(self) -> dict[str, Any]:
         """The objective's hyperparameters as a model card and config.json report them."""

@@ -4,6 +4,7 @@ metrics file kept consistent with the checkpoints."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import datasets
@@ -11,6 +12,7 @@ import torch
 from accelerate import Accelerator
 
 from hscl_zoo.data.datasets import LoadedData, balanced_subset
+from hscl_zoo.data.raw_images import RawImageDataset
 from hscl_zoo.evaluation import extract_features, knn_top1
 from hscl_zoo.losses.diagnostics import DiagnosticsMeter
 from hscl_zoo.losses.hardening import ExponentialTilt
@@ -18,7 +20,8 @@ from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.config import PretrainConfig
 
-__all__ = ["diagnostics_meter", "monitor_split", "monitor_knn", "reduce_diagnostics", "rewrite_metrics_upto"]
+__all__ = ["diagnostics_meter", "monitor_split", "monitor_test_split", "KnnMonitor", "reduce_diagnostics",
+           "rewrite_metrics_upto"]
 
 
 def diagnostics_meter(cfg: PretrainConfig, loss_fn: ContrastiveLoss) -> DiagnosticsMeter:
@@ -37,21 +40,58 @@ def monitor_split(train: datasets.Dataset, cfg: PretrainConfig) -> datasets.Data
     return balanced_subset(train, cfg.monitor_train_size, seed=cfg.seed)
 
 
-def monitor_knn(encoder: ContrastiveEncoder, data: LoadedData, cfg: PretrainConfig, device: torch.device) -> float:
-    """kNN top-1 on `monitor_test_size` class-balanced test images (all by default), from
-    `monitor_split` of the labelled training images: the per-epoch monitor."""
-    train = monitor_split(data.labelled().train, cfg)
-    test = data.test
-    if cfg.monitor_test_size is not None and len(test) > cfg.monitor_test_size:
-        test = balanced_subset(test, cfg.monitor_test_size, seed=cfg.seed)
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        train_f, train_y = extract_features(encoder.encode, train, encoder.transform, device=device, progress=False)
-        test_f, test_y = extract_features(encoder.encode, test, encoder.transform, device=device, progress=False)
-    finally:
-        encoder.train(was_training)
-    return knn_top1(train_f, train_y, test_f, test_y, k=cfg.knn_k)
+def monitor_test_split(test: datasets.Dataset, cfg: PretrainConfig) -> datasets.Dataset:
+    """The `monitor_test_size` class-balanced test images the kNN monitor classifies (all by default)."""
+    if cfg.monitor_test_size is None or len(test) <= cfg.monitor_test_size:
+        return test
+    return balanced_subset(test, cfg.monitor_test_size, seed=cfg.seed)
+
+
+class KnnMonitor:
+    """The per-epoch kNN monitor: top-1 of the test images (`monitor_test_split`) against a bank
+    of training images (`monitor_split`), features from the encoder's `encode`.
+
+    The images are decoded once, at construction, into uint8 tensors on `device` (the image cache
+    of :class:`RawImageDataset`; 15,000 CIFAR images take 46 MB), and every call applies the
+    encoder's evaluation transform to batches of them on the device, under bf16 autocast on CUDA.
+    Decoding 15,000 images with PIL on the main process every epoch, while the other processes
+    wait, cost about as much as a GPU epoch. Where the images are at the model's input size (the
+    zoo trains at the native size) the transform only scales and normalises, as on PIL images;
+    a resize runs torch's antialiased kernel, which differs slightly from PIL's. Splits whose
+    images differ in size are read through `extract_features` every call instead.
+    """
+
+    def __init__(self, data: LoadedData, cfg: PretrainConfig, device: torch.device, *, batch_size: int = 512) -> None:
+        self.splits = (monitor_split(data.labelled().train, cfg), monitor_test_split(data.test, cfg))
+        self.k = cfg.knn_k
+        self.device = device
+        self.batch_size = batch_size
+        try:
+            self.images: list[torch.Tensor] | None = [
+                RawImageDataset(split, cache=True).images.to(device) for split in self.splits
+            ]
+        except ValueError:
+            self.images = None
+        self.labels = [torch.as_tensor(split["label"], dtype=torch.int64) for split in self.splits]
+
+    def __call__(self, encoder: ContrastiveEncoder) -> float:
+        was_training = encoder.training
+        encoder.eval()
+        try:
+            bank, test = (self._features(encoder, i) for i in range(2))
+        finally:
+            encoder.train(was_training)
+        return knn_top1(bank, self.labels[0], test, self.labels[1], k=self.k)
+
+    def _features(self, encoder: ContrastiveEncoder, index: int) -> torch.Tensor:
+        if self.images is None:
+            return extract_features(encoder.encode, self.splits[index], encoder.transform, device=self.device,
+                                    progress=False)[0]
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
+        with torch.inference_mode(), autocast:
+            parts = [encoder.encode(encoder.transform(chunk)).float()
+                     for chunk in self.images[index].split(self.batch_size)]
+        return torch.cat(parts).cpu()
 
 
 def rewrite_metrics_upto(path: Path, epoch: int) -> None:

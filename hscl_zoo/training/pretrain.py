@@ -10,10 +10,12 @@ same without the exit-on-error wrapper:
     accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
 
 Every key of `hscl_zoo.training.config.PretrainConfig` can be set as `--key value` (after the YAML
-file). Per epoch: training loss, kNN top-1 on the test split, Assumption-1 fraction and the four
-Lemma-1 losses go to `<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and
-a checkpoint to `<output_dir>/checkpoints/`. At the end: a linear probe on frozen features, then a
-Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
+file). Per epoch: training loss, throughput and timings, kNN top-1 on the test split (every
+`monitor_every` epochs), Assumption-1 fraction and the four Lemma-1 losses go to
+`<output_dir>/metrics.jsonl` (and to Accelerate trackers with --log_with), and a checkpoint (every
+`checkpoint_every` epochs) to `<output_dir>/checkpoints/`. On CUDA a run that cannot fit the
+device is refused before it starts (`hscl_zoo.training.resources`). At the end: a linear probe on
+frozen features, then a Hub-ready folder `<output_dir>/hub` (weights, config.json, model card, metrics).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import shutil
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -30,7 +33,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import set_seed
+from accelerate.utils import DynamoBackend, set_seed
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
@@ -39,7 +42,7 @@ from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.loaders import SeededLoader, make_loader
-from hscl_zoo.data.raw_images import RawImageDataset
+from hscl_zoo.data.raw_images import RawImageDataset, workers_need_shared_memory
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
 from hscl_zoo.evaluation import evaluate_encoder
@@ -48,19 +51,21 @@ from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder, create_model
 from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from hscl_zoo.training.config import PretrainConfig, parse_overrides
+from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.monitoring import (
+    KnnMonitor,
     diagnostics_meter,
-    monitor_knn,
-    monitor_split,
     reduce_diagnostics,
     rewrite_metrics_upto,
 )
 from hscl_zoo.training.publishing import training_summary, write_hub_folder
+from hscl_zoo.training.resources import check_memory_fit, estimate_training_memory
 
 __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
            "export_run"]
 
-RESUMABLE_CHANGES = {"num_workers", "log_with"}
+RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check"}
+LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
 UNLABELLED_HEAD = "unlabelled"
 """The one class name of the (untrained) head of an encoder trained on unlabelled images."""
 
@@ -146,9 +151,12 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         mixed_precision=cfg.mixed_precision,
         log_with=cfg.log_with,
         project_dir=str(run_dir),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed, non_blocking=True),
     )
     world = accelerator.num_processes
+    plan = cfg.device_plan(accelerator.device.type, world)
+    if accelerator.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolution once
     if cfg.batch_size % world:
         raise SystemExit(f"error: batch_size {cfg.batch_size} is global and must divide evenly over {world} processes.")
 
@@ -177,16 +185,19 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         mean=cfg.mean,
         std=cfg.std,
     )
+    model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
+    if accelerator.device.type == "cuda" and cfg.memory_check:
+        refuse_what_cannot_fit(cfg, model, image_size, accelerator)
     fast = cfg.fast_path(accelerator.device.type)
     train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
                                                 cache_images=fast["cache_images"])
-    model = encoder.projection_network()
     if fast["channels_last"]:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    forward = torch.compile(model) if fast["compile"] else model
+    forward = compiled_forward(model, accelerator, requested=fast["compile"])
     loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
+    monitor = KnnMonitor(data, cfg, accelerator.device) if accelerator.is_main_process and data.class_names else None
     if cfg.log_with:
         accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
 
@@ -201,7 +212,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     elif accelerator.is_main_process and metrics_path.exists():
         metrics_path.unlink()
 
-    knn_bank = len(monitor_split(data.labelled().train, cfg))
+    last_record = time.perf_counter()
     for epoch in range(start_epoch, cfg.epochs + 1):
         loader.set_epoch(epoch)
         train_set.set_epoch(epoch)
@@ -210,19 +221,22 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         loss_fn.set_epoch(epoch)
         model.train()
         record = train_epoch(cfg, epoch, accelerator, loader, augment, forward, optimizer, loss_fn,
-                             channels_last=fast["channels_last"])
+                             channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"])
         if accelerator.is_main_process:
-            if data.class_names:
+            if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
                 monitor_started = time.perf_counter()
-                record["knn_top1"] = monitor_knn(encoder, data, cfg, accelerator.device)
-                record["knn_train_images"] = knn_bank
+                record["knn_top1"] = monitor(encoder)
+                record["knn_train_images"] = len(monitor.splits[0])
                 record["monitor_seconds"] = time.perf_counter() - monitor_started
+            record["wall_seconds"] = time.perf_counter() - last_record
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
         if cfg.log_with:
             accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
-        save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints)
+        if due(epoch, cfg.checkpoint_every, cfg.epochs):
+            save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints)
+        last_record = time.perf_counter()
 
     result: dict[str, Any] = {}
     if accelerator.is_main_process:
@@ -252,6 +266,41 @@ def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[L
     return data, dataclasses.replace(cfg, mean=cfg.mean or list(data.spec.mean), std=cfg.std or list(data.spec.std))
 
 
+def due(epoch: int, every: int, last: int) -> bool:
+    """Whether a per-epoch task (kNN monitor, checkpoint) set to run `every` epochs runs after
+    `epoch`: on multiples of `every`, and always after the last epoch."""
+    return epoch % every == 0 or epoch == last
+
+
+def refuse_what_cannot_fit(cfg: PretrainConfig, model: torch.nn.Module, image_size: int, accelerator: Accelerator) -> None:
+    """Estimate one step's memory on this process (`hscl_zoo.training.resources`) and raise
+    ValueError if it exceeds the device's free memory; print a warning when it comes close."""
+    local = cfg.batch_size // accelerator.num_processes * cfg.views
+    per_pass = (getattr(cfg, "chunk_size", None) or cfg.batch_size // accelerator.num_processes) * cfg.views
+    estimate = estimate_training_memory(model, image_size=image_size, images_per_pass=per_pass, local_views=local,
+                                        global_views=cfg.batch_size * cfg.views, mixed_precision=cfg.mixed_precision,
+                                        optimizer=cfg.optimizer)
+    free, _ = torch.cuda.mem_get_info(accelerator.device)
+    setting = (f"{cfg.backbone} ({cfg.stem} stem) at {image_size} px, {per_pass} views a pass, "
+               f"mixed_precision {cfg.mixed_precision}")
+    warning = check_memory_fit(estimate, free, setting=f"{setting} (memory_check false skips this check)")
+    if warning and accelerator.is_main_process:
+        print(warning, flush=True)
+
+
+def compiled_forward(model: torch.nn.Module, accelerator: Accelerator, *, requested: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model, compiled when `compile` is set, and compiled once: when the Accelerate config's
+    dynamo backend is on, `prepare` has compiled it already (and turned on TF32 for matmuls
+    without mixed precision). The loss always stays eager: its finiteness check and the fused
+    node's buffers reused in backward are not for the compiler."""
+    if accelerator.state.dynamo_plugin.backend != DynamoBackend.NO:
+        if requested and accelerator.is_main_process:
+            print("compile: the Accelerate config's dynamo backend already compiled the model; not compiling it again.",
+                  flush=True)
+        return model
+    return torch.compile(model) if requested else model
+
+
 def training_views(
     cfg: PretrainConfig,
     data: LoadedData,
@@ -266,8 +315,8 @@ def training_views(
     augmentation = simclr_transform(image_size, mean=cfg.mean or data.spec.mean, std=cfg.std or data.spec.std)
     augment = None
     if gpu_augment:
-        train_set = RawImageDataset(data.train, cache=cache_images, label_positive=cfg.label_positive_pairing,
-                                    views=cfg.views, seed=cfg.seed)
+        train_set = RawImageDataset(data.train, cache=cache_images, share=workers_need_shared_memory(cfg.num_workers),
+                                    label_positive=cfg.label_positive_pairing, views=cfg.views, seed=cfg.seed)
         augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed).to(accelerator.device)
     else:
         train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
@@ -289,8 +338,13 @@ def train_epoch(
     loss_fn: ContrastiveLoss,
     *,
     channels_last: bool,
+    diagnostics_every: int = 1,
 ) -> dict[str, Any]:
-    """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor)."""
+    """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
+
+    `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
+    having finished the last one; the loss is read back from the device every `LOG_EVERY` steps
+    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps."""
     meter = diagnostics_meter(cfg, loss_fn)
     loss_sum = torch.zeros((), device=accelerator.device)
     steps, seen, started = 0, 0, time.perf_counter()
@@ -309,10 +363,12 @@ def train_epoch(
         loss_sum += loss.detach()
         steps += 1
         seen += B * V * accelerator.num_processes
-        if cfg.diagnostics and step % cfg.diagnostics_every == 0:
+        if cfg.diagnostics and step % diagnostics_every == 0:
             meter.update(z.detach().float(), labels)
-        if step % 10 == 0:
+        if step % LOG_EVERY == 0 and not bar.disable:
             bar.set_postfix(loss=f"{loss.item():.4f}")
+    if accelerator.device.type == "cuda":
+        torch.cuda.synchronize(accelerator.device)
     seconds = time.perf_counter() - started
     record: dict[str, Any] = {
         "epoch": epoch,
@@ -339,7 +395,9 @@ def export_run(
     config_path: str | None,
 ) -> dict[str, Any]:
     """Probe the trained encoder, fit its linear head, write linear_eval.json and the Hub folder
-    (unlabelled data: no probe, an empty evaluation and an untrained one-output head)."""
+    (unlabelled data: no probe, an empty evaluation and an untrained one-output head). The result
+    adds ``views_per_second_after_epoch1``: the median training throughput of epochs 2 on (epoch 1
+    holds compilation, cuDNN's search and the allocator's warm-up; None with one epoch)."""
     evaluation: dict[str, Any] = {}
     if data.class_names:
         evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
@@ -349,14 +407,17 @@ def export_run(
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     training = training_summary(cfg, num_processes, len(data.class_names) or 1, config_path)
     hub_dir = write_hub_folder(encoder, run_dir / "hub", training=training, evaluation=evaluation, history=history)
+    later = [h["views_per_second"] for h in history if h["epoch"] >= 2]
+    throughput = statistics.median(later) if later else None
     if not evaluation:
         print(f"{cfg.dataset} is unlabelled: no linear probe. Hub-ready folder: {hub_dir}", flush=True)
-        return {"hub_dir": str(hub_dir)}
+        return {"hub_dir": str(hub_dir), "views_per_second_after_epoch1": throughput}
     print(
         f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
         f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
         f"({len(data.test)} images; fitted on {evaluation['train_images']} labelled training images). "
-        f"Hub-ready folder: {hub_dir}",
+        f"Hub-ready folder: {hub_dir}"
+        + (f". Training throughput from epoch 2: {throughput:,.0f} views/s." if throughput else ""),
         flush=True,
     )
-    return {**evaluation, "hub_dir": str(hub_dir)}
+    return {**evaluation, "hub_dir": str(hub_dir), "views_per_second_after_epoch1": throughput}
