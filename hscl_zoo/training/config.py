@@ -199,7 +199,8 @@ class PretrainConfig:
     def loss_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `build_loss(self.method, ...)`: the common options and the method's
         hyperparameters; a scheduled one (H-SCL(tau)'s threshold) gets a fresh linear schedule."""
-        kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M}
+        kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M,
+                                  "unlabelled_negatives": self.unlabelled_negatives}
         if self.positives is not None:
             kwargs["positives"] = self.positives
         for h in self.method_spec.hyperparameters:
