@@ -19,6 +19,7 @@ from typing import Any, get_args
 from hscl_zoo._table import NamedTable
 from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, LinearThresholdSchedule, Threshold
 from hscl_zoo.losses.objective import ContrastiveLoss, Negatives, Positives
+from hscl_zoo.losses.unlabelled import UNLABELLED
 
 __all__ = [
     "Hyperparameter",
@@ -31,7 +32,7 @@ __all__ = [
     "build_loss",
 ]
 
-COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M")
+COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M", "unlabelled", "unlabelled_negatives")
 """`build_loss` keywords every method takes (see `ContrastiveLoss`)."""
 
 _LOSS_KEYWORDS = ("tau_plus",)
@@ -216,6 +217,8 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
         M=kwargs.get("M"),
         detach_weights=kwargs.get("detach_weights", False),
         name=spec.name,
+        unlabelled=kwargs.get("unlabelled", UNLABELLED),
+        unlabelled_negatives=kwargs.get("unlabelled_negatives", True),
         **{k: values[k] for k in _LOSS_KEYWORDS if values.get(k) is not None},
     )
 

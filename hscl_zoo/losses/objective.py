@@ -19,6 +19,7 @@ features) even when called, or differentiated, inside an autocast region.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal
 
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 
 from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
 from hscl_zoo.losses.fused import autocast_off, fused_applicable, fused_psi_sum
+from hscl_zoo.losses.unlabelled import UNLABELLED, check_marker, check_negative_labels, mixed_sets
 from hscl_zoo.losses.hardening import (
     ExponentialTilt,
     HardeningFn,
@@ -58,6 +60,10 @@ class ContrastiveLoss(nn.Module):
         M: the constant in front of the negative term; None means (global embeddings) - 2.
         tau_plus: class prior of the debiased H-UCL estimator (Chuang/Robinson); 0 disables it.
         detach_weights: stop gradients through the hardening weights.
+        unlabelled: the label of an image without a class (a negative integer; -1 by default).
+            An unlabelled anchor is treated as by UCL / H-UCL (with this loss's hardening); a
+            labelled anchor also takes the unlabelled images as negatives (docs/losses.md).
+        unlabelled_negatives: False leaves the unlabelled images out of labelled anchors' negatives.
 
     Edge cases: an anchor with no negative (a one-class batch for SCL) or no positive contributes
     nothing; if no pair contributes, the loss is an exact, differentiable 0.
@@ -89,6 +95,8 @@ class ContrastiveLoss(nn.Module):
         tau_plus: float = 0.0,
         detach_weights: bool = False,
         name: str = "contrastive",
+        unlabelled: int = UNLABELLED,
+        unlabelled_negatives: bool = True,
     ) -> None:
         super().__init__()
         if negatives not in ("other-images", "other-labels"):
@@ -111,13 +119,19 @@ class ContrastiveLoss(nn.Module):
         self.tau_plus = float(tau_plus)
         self.detach_weights = bool(detach_weights)
         self.name = name
+        self.unlabelled = check_marker(unlabelled)
+        self.unlabelled_negatives = bool(unlabelled_negatives)
+        self.epoch: int | None = None
+        self._warned_in: tuple[int | None, ...] = ()
 
     @property
     def needs_labels(self) -> bool:
         return self.negatives == "other-labels" or self.positives == "labels"
 
     def set_epoch(self, epoch: int) -> None:
-        """Advance a threshold schedule, if this loss has one (1-based epoch)."""
+        """Advance a threshold schedule, if this loss has one (1-based epoch); the warning about
+        batches without a labelled image is given again once per epoch."""
+        self.epoch = epoch
         level = getattr(self.hardening, "level", None)
         if isinstance(level, LinearThresholdSchedule):
             level.set_epoch(epoch)
@@ -131,6 +145,8 @@ class ContrastiveLoss(nn.Module):
 
     def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
         labels = validate_inputs(features, labels, needs_labels=self.needs_labels, loss_name=self.name)
+        if labels is not None and self.needs_labels:
+            check_negative_labels(labels, self.unlabelled, loss_name=self.name)
         with torch.autocast(device_type=features.device.type, enabled=False):
             z = normalized(features, loss_name=self.name)
             z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
@@ -147,13 +163,37 @@ class ContrastiveLoss(nn.Module):
         tensor outside torch.distributed), `offset` the first local image in it. Nothing is
         reduced over processes: `forward` does that; the diagnostics call this on one batch.
         """
+        mixed = False
+        if labels_all is not None and self.needs_labels:
+            unlabelled = int((labels_all == self.unlabelled).sum())
+            if unlabelled == labels_all.numel():
+                return self._without_labels(z, z_all, offset)
+            mixed = unlabelled > 0
         candidates = z_all.shape[0] * z.shape[1]
         M = self.M if self.M is not None else max(candidates - 2, 1)
-        fused = self.allow_fused and fused_applicable(self.hardening, self.tau_plus, self.temperature, M, z.dtype, candidates)
+        fused = self.allow_fused and not mixed and fused_applicable(self.hardening, self.tau_plus, self.temperature, M,
+                                                                    z.dtype, candidates)
         self.last_path = "fused" if fused else "general"
         if fused:
             return self._fused_psi_sum(z, z_all, labels_all, offset, M)
-        return self._masked_psi_sum(z, z_all, labels_all, offset, M)
+        return self._masked_psi_sum(z, z_all, labels_all, offset, M, mixed=mixed)
+
+    def _without_labels(self, z: Tensor, z_all: Tensor, offset: int) -> tuple[Tensor, Tensor]:
+        """A global batch without a labelled image: every anchor is unlabelled, so the loss is
+        UCL / H-UCL with this loss's hardening, computed as that loss computes it. Warns once per epoch."""
+        if self._warned_in != (self.epoch,):
+            self._warned_in = (self.epoch,)
+            when = f" in epoch {self.epoch}" if self.epoch is not None else ""
+            warnings.warn(f"{self.name}: a batch with no labelled image (every label is {self.unlabelled}){when}; the "
+                          "loss used the unlabelled rule (UCL/H-UCL with its hardening) for it. Use larger batches or "
+                          "a larger labelled_fraction for label-aware training.")
+        unsupervised = ContrastiveLoss(negatives="other-images", positives="views", hardening=self.hardening,
+                                       temperature=self.temperature, M=self.M, tau_plus=self.tau_plus,
+                                       detach_weights=self.detach_weights, name=self.name)
+        unsupervised.allow_fused = self.allow_fused
+        result = unsupervised.pair_psi_sum(z, z_all, None, offset)
+        self.last_path = unsupervised.last_path
+        return result
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views; its second
@@ -165,14 +205,21 @@ class ContrastiveLoss(nn.Module):
                              label_negatives=self.negatives == "other-labels", M=M, temperature=self.temperature,
                              hardening=self.hardening, detach_weights=self.detach_weights, general=general)
 
-    def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
-        """The general path: any hardening function, H-UCL debiasing, any temperature."""
+    def _masked_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float,
+                        *, mixed: bool = False) -> tuple[Tensor, Tensor]:
+        """The general path: any hardening function, H-UCL debiasing, any temperature, and
+        batches mixing labelled and unlabelled images (`mixed`)."""
         B, V, d = z.shape
         n_all = z_all.shape[0] * V
         g = _ScaledGram.apply(z.reshape(B * V, d), z_all.reshape(n_all, d), 1.0 / self.temperature)
         sets = pair_sets(B, V, z_all.shape[0], offset, labels_all, device=z.device)
         negative = sets.other_images if self.negatives == "other-images" else sets.other_labels
         positive = sets.same_image if self.positives == "views" else sets.same_label
+        if mixed:
+            positive, negative = mixed_sets(positive, negative, sets.same_image, sets.other_images,
+                                            labels_all[offset : offset + B].repeat_interleave(V),
+                                            labels_all.repeat_interleave(V), unlabelled=self.unlabelled,
+                                            unlabelled_negatives=self.unlabelled_negatives)
         has_negative = negative.any(dim=1)
         log_mean = log_weighted_mean_exp(g, negative, has_negative, self.hardening, self.detach_weights)
         if self.tau_plus > 0:

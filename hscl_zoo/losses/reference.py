@@ -25,9 +25,15 @@ def reference_loss(
     eta: Callable[[torch.Tensor], torch.Tensor] | None = None,
     tau_plus: float = 0.0,
     M: float | None = None,
+    unlabelled: int = -1,
+    unlabelled_negatives: bool = True,
 ) -> torch.Tensor:
     """Mean over (anchor, positive) pairs of log(1 + M e^{-g_ip} E_i), E_i the eta-weighted mean
-    of e^{g_ij} over anchor i's negatives. Returns a differentiable scalar."""
+    of e^{g_ij} over anchor i's negatives. Returns a differentiable scalar.
+
+    A label equal to `unlabelled` marks an image without a class: as anchor it has no label
+    positives and every other image as negative; a labelled anchor of a method that uses labels
+    has the unlabelled images as negatives unless `unlabelled_negatives` is False."""
     B, V, _ = features.shape
     z = features / features.norm(dim=-1, keepdim=True)
     image = [b for b in range(B) for _ in range(V)]
@@ -36,12 +42,17 @@ def reference_loss(
     M = N - 2 if M is None else M
     terms = []
     for i in range(N):
-        def same_label(j: int) -> bool:
-            return labels is not None and int(labels[image[j]]) == int(labels[image[i]])
+        def is_unlabelled(k: int) -> bool:
+            return labels is not None and int(labels[image[k]]) == unlabelled
 
+        def same_label(j: int) -> bool:
+            return labels is not None and not is_unlabelled(i) and int(labels[image[j]]) == int(labels[image[i]])
+
+        uses_labels = method not in UNSUPERVISED or positives == "labels"
         negatives = [
             j for j in range(N)
             if image[j] != image[i] and (method in UNSUPERVISED or not same_label(j))
+            and (unlabelled_negatives or not uses_labels or is_unlabelled(i) or not is_unlabelled(j))
         ]
         positive = [
             j for j in range(N)
