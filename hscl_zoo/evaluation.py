@@ -310,7 +310,7 @@ def evaluate_encoder(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Linear probe and kNN of a zoo encoder on a dataset's train/test splits (unlabelled
-    training images left out).
+    training images left out; the result says how many were used and left out).
 
     Features come from ``encoder.encode`` with the encoder's own eval preprocessing
     (``encoder.transform``, else :func:`hscl_zoo.data.transforms.eval_transform` of
@@ -318,10 +318,13 @@ def evaluate_encoder(
 
     Returns:
         A dict with ``top1``, ``top5``, ``train_top1`` (linear probe, %), ``knn_top1`` (%),
-        ``knn_k``, ``knn_temperature``, ``dataset``, ``test_split``, ``protocol`` (see
+        ``knn_k``, ``knn_temperature``, ``dataset``, ``test_split``, ``train_images`` (labelled
+        training images the probe and kNN used), ``unlabelled_train_images`` (left out),
+        ``protocol`` (see
         :func:`linear_probe`, plus the kNN settings under ``"knn"``) and ``head`` (a state dict
         for ``encoder.classifier``); all but ``head`` is JSON-serialisable.
     """
+    unlabelled = data.unlabelled
     data = data.labelled()
     transform = getattr(encoder, "transform", None)
     if transform is None:
@@ -350,6 +353,8 @@ def evaluate_encoder(
         "knn_temperature": knn_temperature,
         "dataset": data.spec.name,
         "test_split": data.spec.test_split,
+        "train_images": len(data.train),
+        "unlabelled_train_images": unlabelled,
         "protocol": {
             **probe.protocol,
             "knn": {"k": knn_k, "temperature": knn_temperature, "weighting": "exp(cosine / temperature)"},

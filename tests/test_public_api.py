@@ -35,11 +35,11 @@ PUBLIC_NAMES = {
 }
 
 CONFIG_KEYS = [
-    "dataset", "data_dir", "subset", "full_test", "views", "label_positive_pairing",
+    "dataset", "data_dir", "subset", "full_test", "views", "label_positive_pairing", "labelled_fraction",
     "image_column", "label_column", "train_split", "test_split", "test_fraction", "skip_unreadable", "mean", "std",
     "backbone", "stem", "image_size",
     "method", "temperature", "beta", "threshold_start", "threshold_end", "tau_plus", "positives", "M",
-    "queue_size", "queue_positives", "queue_start_epoch",
+    "unlabelled_negatives", "queue_size", "queue_positives", "queue_start_epoch",
     "epochs", "batch_size", "chunk_size", "optimizer", "lr", "weight_decay", "mixed_precision", "seed", "num_workers",
     "channels_last", "fused_optimizer", "gpu_augment", "cache_images", "compile",
     "sync_batchnorm", "memory_check", "monitor_every", "checkpoint_every",

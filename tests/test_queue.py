@@ -210,3 +210,23 @@ def test_two_processes_share_the_queue_of_global_batches(tmp_path):
     assert sum(r["loss"] for r in ranks).item() / world == pytest.approx(expected.item(), abs=1e-10)
     grads = torch.cat([r["grad"] for r in ranks]) / world
     torch.testing.assert_close(grads, whole.grad, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("unlabelled_negatives", [True, False])
+@pytest.mark.parametrize("method", ["scl", "hscl-beta"])
+def test_unlabelled_rows_and_anchors_follow_the_batch_rule(method, unlabelled_negatives):
+    """Images labelled -1 in the batch and in the queue: unlabelled anchors take every row as a
+    negative and none as a positive, unlabelled rows are never positives and are labelled anchors'
+    negatives unless unlabelled_negatives=False; as the loop reference says."""
+    loss = build_loss(method, queue_size=16, queue_positives=True, unlabelled_negatives=unlabelled_negatives).eval()
+    gen = torch.Generator().manual_seed(3)
+    rows = F.normalize(torch.randn(6, 4, generator=gen, dtype=torch.float64), dim=-1)
+    row_labels = torch.tensor([0, -1, 1, -1, 2, 0])
+    loss.queue.push(rows, row_labels)
+    labels = torch.tensor([0, 0, 1, -1, 1, 2, -1, 3, 4, 0])
+    f = features(seed=8)
+    eta = None if method == "scl" else (lambda t: torch.exp(t))
+    ref = reference_loss(f, labels, method=method, positives="labels", eta=eta, queue=(rows, row_labels),
+                         queue_positives=True, unlabelled_negatives=unlabelled_negatives)
+    assert loss(f, labels).item() == pytest.approx(ref.item(), abs=1e-9)
+    assert loss.last_path == "general"

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from hscl_zoo.data.datasets import require_internal_columns
+from hscl_zoo.data.sources import UNLABELLED
 from hscl_zoo.data.transforms import ImageTransform
 
 
@@ -28,7 +29,8 @@ class MultiViewDataset(torch.utils.data.Dataset):
     int class of row ``i``, ``index`` = ``i`` (the image id the loss uses for same-image
     positives). With ``label_positive=True`` (the paper's label-positive pairing) view 0 comes
     from row ``i`` and views 1..V-1 each from a row drawn uniformly among the *other* rows of
-    the same class (row ``i`` itself only when its class has one row).
+    the same class (row ``i`` itself only when its class has one row, or when its label is -1:
+    an unlabelled image has no class, so all its views come from it).
 
     All randomness (augmentation and partner draws) is a function of ``(seed, epoch, i)``; call
     :meth:`set_epoch` before iterating each epoch. The epoch lives in shared memory, so it also
@@ -101,7 +103,7 @@ class MultiViewDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {index} out of range for {len(self.labels)} rows")
         sequence = np.random.SeedSequence([self.seed, self.epoch, index])
         torch_seed = int(sequence.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-        if not self.label_positive:
+        if not self.label_positive or self.labels[index] == UNLABELLED:
             return [index] * self.views, torch_seed
         rng = np.random.default_rng(sequence.spawn(1)[0])
         pool = self._pools[int(self.labels[index])]

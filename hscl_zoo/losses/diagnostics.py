@@ -3,7 +3,9 @@
 Assumption 1 holds for anchor i when the hardened mean of e^g over its label collisions C_i
 (same label, other image) is at least the hardened mean over its other-label negatives D_i.
 Under it, L_HSCL <= L_HUCL (Lemma 1), which `lemma_losses` lets one watch during training.
-Both run on one process's batch without gradient.
+Both run on one process's batch without gradient, on its labelled images only: an image whose
+label is -1 (unlabelled) has no class, so it is neither a collision nor an other-label negative,
+and is left out as anchor and as candidate; `DiagnosticsMeter` reports how many anchors it used.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torch import Tensor
 
 from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, Threshold, log_hardening_weight
 from hscl_zoo.losses.objective import ContrastiveLoss, log_weighted_mean_exp, normalized, pair_sets, validate_inputs
+from hscl_zoo.losses.unlabelled import UNLABELLED, check_negative_labels, labelled_part
 
 
 def _hardening(
@@ -28,10 +31,17 @@ def _hardening(
     return ExponentialTilt(beta) if beta is not None else Threshold(threshold, temperature)
 
 
+def _labelled(features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """The checked batch's labelled images (none, when every label is -1) and their int64 labels."""
+    labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
+    check_negative_labels(labels, UNLABELLED, loss_name="diagnostics")
+    return labelled_part(features, labels)
+
+
 def _scaled_similarities(features: Tensor, labels: Tensor, temperature: float):
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; the paper uses 0.5.")
-    labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
+    features, labels = _labelled(features, labels)
     B, V, d = features.shape
     z = normalized(features.detach(), loss_name="diagnostics").reshape(B * V, d)
     g = z @ z.T / temperature
@@ -43,9 +53,9 @@ def assumption_counts(
     features: Tensor, labels: Tensor, *, temperature: float = 0.5, beta: float | None = None,
     threshold: float | None = None, hardening: HardeningFn | None = None,
 ) -> tuple[int, int]:
-    """(anchors satisfying Assumption 1, eligible anchors): eligible anchors have both a label
-    collision and an other-label negative in the batch. An empty hard set falls back to uniform
-    weights, as in the loss."""
+    """(anchors satisfying Assumption 1, eligible anchors): eligible anchors are labelled and have
+    both a label collision and an other-label negative among the batch's labelled images. An
+    empty hard set falls back to uniform weights, as in the loss."""
     g, sets = _scaled_similarities(features, labels, temperature)
     eta = _hardening(temperature, beta, threshold, hardening)
     collisions, others = sets.collisions, sets.other_labels
@@ -72,9 +82,9 @@ def assumption_fraction(
 def negative_masses(
     features: Tensor, labels: Tensor, hardening: HardeningFn, *, temperature: float = 0.5
 ) -> dict[str, Tensor]:
-    """Per-anchor alpha_HUCL, alpha_HSCL, alpha_Hcol: the mean of eta(g) over all other images,
-    weighted by 1 (hucl), by 1(other label) (hscl) and by 1(same label) (hcol). Proposition 2
-    says alpha_HUCL = alpha_HSCL + alpha_Hcol."""
+    """Per labelled anchor alpha_HUCL, alpha_HSCL, alpha_Hcol: the mean of eta(g) over all other
+    labelled images, weighted by 1 (hucl), by 1(other label) (hscl) and by 1(same label) (hcol).
+    Proposition 2 says alpha_HUCL = alpha_HSCL + alpha_Hcol."""
     g, sets = _scaled_similarities(features, labels, temperature)
     weight = torch.exp(log_hardening_weight(hardening, g))
     pool = sets.other_images
@@ -96,11 +106,14 @@ def lemma_losses(
     threshold: float | None = None,
     hardening: HardeningFn | None = None,
 ) -> dict[str, float]:
-    """L_UCL, L_SCL, L_HUCL, L_HSCL on one batch, all with label positives (as Lemma 1 requires)
-    and the same hardening (exponential tilt `beta`, or `threshold` or `hardening` when given)."""
+    """L_UCL, L_SCL, L_HUCL, L_HSCL on one batch's labelled images, all with label positives (as
+    Lemma 1 requires) and the same hardening (exponential tilt `beta`, or `threshold` or
+    `hardening` when given); NaN when the batch has no labelled image."""
     tilt = None if threshold is not None or hardening is not None else beta
     eta = _hardening(temperature, tilt, threshold, hardening)
-    features = features.detach()
+    features, labels = _labelled(features.detach(), labels)
+    if not labels.numel():
+        return dict.fromkeys(("ucl", "scl", "hucl", "hscl"), math.nan)
     losses = {
         "ucl": ContrastiveLoss(negatives="other-images", positives="labels", temperature=temperature),
         "scl": ContrastiveLoss(negatives="other-labels", positives="labels", temperature=temperature),
@@ -123,9 +136,10 @@ NEGATIVE_COSINE_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 
 @torch.no_grad()
 def negative_cosines(features: Tensor, labels: Tensor) -> Tensor:
-    """Cosine similarities of every (anchor, other-label negative) pair in the batch, flattened:
-    the distribution a threshold l of H-SCL(tau) cuts (it keeps the pairs with cosine >= l)."""
-    labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
+    """Cosine similarities of every (anchor, other-label negative) pair among the batch's labelled
+    images, flattened: the distribution a threshold l of H-SCL(tau) cuts (it keeps the pairs
+    with cosine >= l)."""
+    features, labels = _labelled(features, labels)
     B, V, d = features.shape
     z = normalized(features.detach(), loss_name="diagnostics").reshape(B * V, d)
     sets = pair_sets(B, V, B, 0, labels, device=features.device)
@@ -149,7 +163,9 @@ def histogram_quantile(counts: Tensor, q: float) -> float:
 class DiagnosticsMeter:
     """Averages the diagnostics over an epoch: Assumption 1 over all eligible anchors seen, the
     Lemma 1 losses and the Proposition 2 masses over batches, and the distribution of
-    other-label negative cosines (a histogram, and for a threshold the fraction it keeps).
+    other-label negative cosines (a histogram, and for a threshold the fraction it keeps). Only
+    labelled images count; a batch without any is left out, and the record says how many
+    anchors were used and how many unlabelled ones were left out.
 
     `update` per batch; `state()` is one float64 tensor of sums, so that processes pool their
     meters with a single all-reduce (sum) before `summarise(state)`; `compute()` does both locally.
@@ -178,10 +194,19 @@ class DiagnosticsMeter:
         self.mass_sums = dict.fromkeys(self.MASSES, 0.0)
         self.lemma_batches_held = 0
         self.negatives_kept = 0
+        self.labelled_anchors = 0
+        self.unlabelled_anchors = 0
         self.cosine_counts = torch.zeros(NEGATIVE_COSINE_BINS, dtype=torch.float64)
 
     def update(self, features: Tensor, labels: Tensor) -> None:
         kw = dict(temperature=self.temperature, beta=self.beta, threshold=self.threshold, hardening=self.hardening)
+        views = features.shape[1] if features.ndim == 3 else 0
+        total = features.shape[0] * views
+        features, labels = _labelled(features, labels)
+        self.labelled_anchors += labels.numel() * views
+        self.unlabelled_anchors += total - labels.numel() * views
+        if not labels.numel():
+            return
         holds, eligible = assumption_counts(features, labels, **kw)
         losses = lemma_losses(features, labels, **kw)
         masses = negative_masses(features, labels, self.eta, temperature=self.temperature)
@@ -206,29 +231,37 @@ class DiagnosticsMeter:
     def state(self) -> Tensor:
         """Every running sum in one float64 tensor (sum it over processes, then `summarise`)."""
         scalars = [self.holds, self.eligible, self.batches, self.lemma_batches_held, self.negatives_kept,
-                   *self.loss_sums.values(), *self.mass_sums.values()]
+                   self.labelled_anchors, self.unlabelled_anchors, *self.loss_sums.values(), *self.mass_sums.values()]
         return torch.cat([torch.tensor(scalars, dtype=torch.float64), self.cosine_counts])
 
     def summarise(self, state: Tensor) -> dict[str, float]:
         """The epoch's record from a (pooled) `state()`: assumption_fraction, loss_ucl/scl/hucl/hscl
         and mass_hucl/hscl/hcol (batch means), lemma_held_fraction, neg_cos_qNN (quantiles of the
-        other-label negative cosines) and, with a threshold, threshold_kept_fraction."""
+        other-label negative cosines), diagnostics_anchors (labelled anchors used),
+        diagnostics_unlabelled_anchors (left out) and, with a threshold, threshold_kept_fraction.
+        Averages are NaN when no batch had a labelled image."""
         values = state.double().cpu()
-        holds, eligible, batches, held, kept = values[:5].tolist()
+        holds, eligible, batches, held, kept, labelled, unlabelled = values[:7].tolist()
         n_losses, n_masses = len(self.LOSSES), len(self.MASSES)
-        losses = values[5:5 + n_losses].tolist()
-        masses = values[5 + n_losses:5 + n_losses + n_masses].tolist()
-        counts = values[5 + n_losses + n_masses:]
-        if batches == 0:
+        losses = values[7:7 + n_losses].tolist()
+        masses = values[7 + n_losses:7 + n_losses + n_masses].tolist()
+        counts = values[7 + n_losses + n_masses:]
+        if labelled + unlabelled == 0:
             raise ValueError("DiagnosticsMeter: summarised before any update(); feed it at least one batch first.")
+
+        def per_batch(total: float) -> float:
+            return total / batches if batches else math.nan
+
         out = {"assumption_fraction": holds / eligible if eligible else math.nan}
-        out.update({f"loss_{k}": v / batches for k, v in zip(self.LOSSES, losses)})
-        out["lemma_held_fraction"] = held / batches
-        out.update({f"mass_{k}": v / batches for k, v in zip(self.MASSES, masses)})
+        out.update({f"loss_{k}": per_batch(v) for k, v in zip(self.LOSSES, losses)})
+        out["lemma_held_fraction"] = per_batch(held)
+        out.update({f"mass_{k}": per_batch(v) for k, v in zip(self.MASSES, masses)})
         out.update({f"neg_cos_q{round(100 * q):02d}": histogram_quantile(counts, q) for q in NEGATIVE_COSINE_QUANTILES})
         if self.threshold_level is not None:
             total = float(counts.sum())
             out["threshold_kept_fraction"] = kept / total if total else math.nan
+        out["diagnostics_anchors"] = int(labelled)
+        out["diagnostics_unlabelled_anchors"] = int(unlabelled)
         return out
 
     def compute(self) -> dict[str, float]:

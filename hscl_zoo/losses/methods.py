@@ -20,6 +20,7 @@ from hscl_zoo._table import NamedTable
 from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, LinearThresholdSchedule, Threshold
 from hscl_zoo.losses.objective import ContrastiveLoss, Negatives, Positives
 from hscl_zoo.losses.queue import MemoryQueue
+from hscl_zoo.losses.unlabelled import UNLABELLED
 
 __all__ = [
     "Hyperparameter",
@@ -32,7 +33,8 @@ __all__ = [
     "build_loss",
 ]
 
-COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M", "queue_size", "queue_positives", "queue_start_epoch")
+COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M", "unlabelled", "unlabelled_negatives", "queue_size",
+                                   "queue_positives", "queue_start_epoch")
 """`build_loss` keywords every method takes (see `ContrastiveLoss`)."""
 
 _LOSS_KEYWORDS = ("tau_plus",)
@@ -220,6 +222,8 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
         M=kwargs.get("M"),
         detach_weights=kwargs.get("detach_weights", False),
         name=spec.name,
+        unlabelled=kwargs.get("unlabelled", UNLABELLED),
+        unlabelled_negatives=kwargs.get("unlabelled_negatives", True),
         queue=MemoryQueue(kwargs["queue_size"], start_epoch=kwargs.get("queue_start_epoch", 1))
         if kwargs.get("queue_size") else None,
         queue_positives=kwargs.get("queue_positives", False),

@@ -19,6 +19,7 @@ features) even when called, or differentiated, inside an autocast region.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal
 
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 
 from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
 from hscl_zoo.losses.fused import autocast_off, fused_applicable, fused_psi_sum
+from hscl_zoo.losses.unlabelled import UNLABELLED, check_marker, check_negative_labels, mixed_sets
 from hscl_zoo.losses.hardening import (
     ExponentialTilt,
     HardeningFn,
@@ -60,6 +62,10 @@ class ContrastiveLoss(nn.Module):
             in use) - 2.
         tau_plus: class prior of the debiased H-UCL estimator (Chuang/Robinson); 0 disables it.
         detach_weights: stop gradients through the hardening weights.
+        unlabelled: the label of an image without a class (a negative integer; -1 by default).
+            An unlabelled anchor is treated as by UCL / H-UCL (with this loss's hardening); a
+            labelled anchor also takes the unlabelled images as negatives (docs/losses.md).
+        unlabelled_negatives: False leaves the unlabelled images out of labelled anchors' negatives.
         queue: a `MemoryQueue` whose rows (earlier steps' detached embeddings) are extra candidates
             for every anchor, by the rule of `negatives` and with the same weights; in training
             mode each call then pushes the gathered batch into it (hscl_zoo.losses.queue).
@@ -96,6 +102,8 @@ class ContrastiveLoss(nn.Module):
         tau_plus: float = 0.0,
         detach_weights: bool = False,
         name: str = "contrastive",
+        unlabelled: int = UNLABELLED,
+        unlabelled_negatives: bool = True,
         queue: MemoryQueue | None = None,
         queue_positives: bool = False,
     ) -> None:
@@ -120,6 +128,10 @@ class ContrastiveLoss(nn.Module):
         self.tau_plus = float(tau_plus)
         self.detach_weights = bool(detach_weights)
         self.name = name
+        self.unlabelled = check_marker(unlabelled)
+        self.unlabelled_negatives = bool(unlabelled_negatives)
+        self.epoch: int | None = None
+        self._warned_in: tuple[int | None, ...] = ()
         if queue_positives and (queue is None or positives != "labels"):
             raise ValueError(
                 f"{name}: queue_positives=True needs a queue (queue_size > 0) and positives='labels' (got "
@@ -135,7 +147,9 @@ class ContrastiveLoss(nn.Module):
 
     def set_epoch(self, epoch: int) -> None:
         """Advance a threshold schedule and switch a memory queue on at its start epoch, if this
-        loss has them (1-based epoch)."""
+        loss has them (1-based epoch); the warning about batches without a labelled image is given
+        again once per epoch."""
+        self.epoch = epoch
         level = getattr(self.hardening, "level", None)
         if isinstance(level, LinearThresholdSchedule):
             level.set_epoch(epoch)
@@ -152,6 +166,8 @@ class ContrastiveLoss(nn.Module):
 
     def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
         labels = validate_inputs(features, labels, needs_labels=self.needs_labels, loss_name=self.name)
+        if labels is not None and self.needs_labels:
+            check_negative_labels(labels, self.unlabelled, loss_name=self.name)
         with torch.autocast(device_type=features.device.type, enabled=False):
             z = normalized(features, loss_name=self.name)
             z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
@@ -171,16 +187,39 @@ class ContrastiveLoss(nn.Module):
         tensor outside torch.distributed), `offset` the first local image in it. Nothing is
         reduced over processes: `forward` does that; the diagnostics call this on one batch.
         """
+        mixed = False
+        if labels_all is not None and self.needs_labels:
+            unlabelled = int((labels_all == self.unlabelled).sum())
+            if unlabelled == labels_all.numel():
+                return self._without_labels(z, z_all, offset)
+            mixed = unlabelled > 0
         candidates = z_all.shape[0] * z.shape[1]
         queued = self.queue.rows() if self.queue is not None and self.queue.active and len(self.queue) else None
         candidates += 0 if queued is None else queued[0].shape[0]
         M = self.M if self.M is not None else max(candidates - 2, 1)
-        fused = queued is None and self.allow_fused and fused_applicable(
+        fused = queued is None and self.allow_fused and not mixed and fused_applicable(
             self.hardening, self.tau_plus, self.temperature, M, z.dtype, candidates)
         self.last_path = "fused" if fused else "general"
         if fused:
             return self._fused_psi_sum(z, z_all, labels_all, offset, M)
-        return self._masked_psi_sum(z, z_all, labels_all, offset, M, queued)
+        return self._masked_psi_sum(z, z_all, labels_all, offset, M, queued, mixed=mixed)
+
+    def _without_labels(self, z: Tensor, z_all: Tensor, offset: int) -> tuple[Tensor, Tensor]:
+        """A global batch without a labelled image: every anchor is unlabelled, so the loss is
+        UCL / H-UCL with this loss's hardening, computed as that loss computes it. Warns once per epoch."""
+        if self._warned_in != (self.epoch,):
+            self._warned_in = (self.epoch,)
+            when = f" in epoch {self.epoch}" if self.epoch is not None else ""
+            warnings.warn(f"{self.name}: a batch with no labelled image (every label is {self.unlabelled}){when}; the "
+                          "loss used the unlabelled rule (UCL/H-UCL with its hardening) for it. Use larger batches or "
+                          "a larger labelled_fraction for label-aware training.")
+        unsupervised = ContrastiveLoss(negatives="other-images", positives="views", hardening=self.hardening,
+                                       temperature=self.temperature, M=self.M, tau_plus=self.tau_plus,
+                                       detach_weights=self.detach_weights, name=self.name)
+        unsupervised.allow_fused = self.allow_fused
+        result = unsupervised.pair_psi_sum(z, z_all, None, offset)
+        self.last_path = unsupervised.last_path
+        return result
 
     def _fused_psi_sum(self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float) -> tuple[Tensor, Tensor]:
         """The fast path (hscl_zoo.losses.fused): image-level sets broadcast over views; its second
@@ -194,21 +233,28 @@ class ContrastiveLoss(nn.Module):
 
     def _masked_psi_sum(
         self, z: Tensor, z_all: Tensor, labels_all: Tensor | None, offset: int, M: float,
-        queued: tuple[Tensor, Tensor | None] | None = None,
+        queued: tuple[Tensor, Tensor | None] | None = None, *, mixed: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """The general path: any hardening function, H-UCL debiasing, any temperature, and the
-        memory queue's rows (`queued`: embeddings and labels) as extra candidate columns."""
+        """The general path: any hardening function, H-UCL debiasing, any temperature, batches
+        mixing labelled and unlabelled images (`mixed`), and the memory queue's rows (`queued`:
+        embeddings and labels) as extra candidate columns."""
         B, V, d = z.shape
         n_all = z_all.shape[0] * V
         g = _ScaledGram.apply(z.reshape(B * V, d), z_all.reshape(n_all, d), 1.0 / self.temperature)
         sets = pair_sets(B, V, z_all.shape[0], offset, labels_all, device=z.device)
         negative = sets.other_images if self.negatives == "other-images" else sets.other_labels
         positive = sets.same_image if self.positives == "views" else sets.same_label
+        if mixed:
+            positive, negative = mixed_sets(positive, negative, sets.same_image, sets.other_images,
+                                            labels_all[offset : offset + B].repeat_interleave(V),
+                                            labels_all.repeat_interleave(V), unlabelled=self.unlabelled,
+                                            unlabelled_negatives=self.unlabelled_negatives)
         if queued is not None:
             rows, row_labels = queued
             anchor_labels = None if labels_all is None else labels_all[offset : offset + B].repeat_interleave(V)
             extra = queue_masks(anchor_labels, row_labels, n_anchors=B * V, n_rows=rows.shape[0], device=z.device,
-                                label_negatives=self.negatives == "other-labels", label_positives=self.queue_positives)
+                                label_negatives=self.negatives == "other-labels", label_positives=self.queue_positives,
+                                unlabelled=self.unlabelled, unlabelled_negatives=self.unlabelled_negatives)
             g = torch.cat([g, _ScaledGram.apply(z.reshape(B * V, d), rows.to(z), 1.0 / self.temperature)], dim=1)
             negative, positive = torch.cat([negative, extra[0]], dim=1), torch.cat([positive, extra[1]], dim=1)
         has_negative = negative.any(dim=1)

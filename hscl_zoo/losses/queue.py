@@ -120,10 +120,15 @@ def queue_masks(
     label_negatives: bool,
     label_positives: bool,
     device: torch.device,
+    unlabelled: int = -1,
+    unlabelled_negatives: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """(anchors x queue rows) boolean masks of negative and positive rows: every row is a negative
     without ``label_negatives`` (other images), a different-label row with it; with
-    ``label_positives`` a same-label row is a positive, else no row is."""
+    ``label_positives`` a same-label row is a positive, else no row is. Rows and anchors labelled
+    ``unlabelled`` follow the batch's rule (docs/losses.md): an unlabelled anchor has every row as
+    negative and none as positive, an unlabelled row is never a positive and is a labelled
+    anchor's negative unless ``unlabelled_negatives`` is False."""
     if (label_negatives or label_positives) and (anchor_labels is None or row_labels is None):
         raise ValueError("this loss compares labels with the queue's rows but the queue holds none: "
                          "fill it through a loss that gathers labels (pass labels).")
@@ -132,7 +137,12 @@ def queue_masks(
         return torch.ones(shape, dtype=torch.bool, device=device), torch.zeros(shape, dtype=torch.bool, device=device)
     same = anchor_labels[:, None] == row_labels.to(anchor_labels.device)[None, :]
     negative = ~same if label_negatives else torch.ones_like(same)
-    return negative, same if label_positives else torch.zeros_like(same)
+    positive = same if label_positives else torch.zeros_like(same)
+    anchor_unlabelled = (anchor_labels == unlabelled)[:, None]
+    row_unlabelled = (row_labels.to(anchor_labels.device) == unlabelled)[None, :]
+    if not unlabelled_negatives:
+        negative = negative & ~row_unlabelled
+    return negative | anchor_unlabelled, positive & ~anchor_unlabelled & ~row_unlabelled
 
 
 __all__ = ["MemoryQueue", "queue_masks"]

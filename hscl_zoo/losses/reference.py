@@ -25,11 +25,17 @@ def reference_loss(
     eta: Callable[[torch.Tensor], torch.Tensor] | None = None,
     tau_plus: float = 0.0,
     M: float | None = None,
+    unlabelled: int = -1,
+    unlabelled_negatives: bool = True,
     queue: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     queue_positives: bool = False,
 ) -> torch.Tensor:
     """Mean over (anchor, positive) pairs of log(1 + M e^{-g_ip} E_i), E_i the eta-weighted mean
     of e^{g_ij} over anchor i's negatives. Returns a differentiable scalar.
+
+    A label equal to `unlabelled` marks an image without a class: as anchor it has no label
+    positives and every other image as negative; a labelled anchor of a method that uses labels
+    has the unlabelled images as negatives unless `unlabelled_negatives` is False.
 
     `queue` (rows (K, d), labels (K,) or None) appends K candidates after the batch, each an image
     of its own and never an anchor; a same-label row is a positive only with `queue_positives`."""
@@ -44,12 +50,17 @@ def reference_loss(
     M = len(image) - 2 if M is None else M
     terms = []
     for i in range(N):
-        def same_label(j: int) -> bool:
-            return labels is not None and label[j] == label[i]
+        def is_unlabelled(k: int) -> bool:
+            return labels is not None and label[k] == unlabelled
 
+        def same_label(j: int) -> bool:
+            return labels is not None and not is_unlabelled(i) and label[j] == label[i]
+
+        uses_labels = method not in UNSUPERVISED or positives == "labels"
         negatives = [
             j for j in range(len(image))
             if image[j] != image[i] and (method in UNSUPERVISED or not same_label(j))
+            and (unlabelled_negatives or not uses_labels or is_unlabelled(i) or not is_unlabelled(j))
         ]
         positive = [
             j for j in range(len(image))

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from hscl_zoo.data.labelling import check_labelled_fraction
 from hscl_zoo.losses.hardening import LinearThresholdSchedule
 from hscl_zoo.losses.methods import METHODS, MethodSpec
 
@@ -37,6 +38,7 @@ class PretrainConfig:
     full_test: bool = False  # with subset: keep the whole test split (else the same fraction of it)
     views: int = 2
     label_positive_pairing: bool = False  # draw later views from other images of the same class
+    labelled_fraction: float = 1.0  # seeded, class-balanced part of the training labels kept; the rest become -1
     # own data (dataset "imagefolder:PATH", "parquet:PATH", "hf:owner/name"; hscl_zoo.data.sources)
     image_column: str | None = None  # None: guessed from the features (tables only)
     label_column: str | None = None  # None: guessed; no label column means unlabelled (UCL, H-UCL only)
@@ -59,6 +61,7 @@ class PretrainConfig:
     tau_plus: float = 0.0  # H-UCL debiasing class prior
     positives: str | None = None  # None: the method's own (views for ucl/hucl, labels for scl/hscl)
     M: float | None = None  # None: global number of embeddings (+ queue rows in use) - 2
+    unlabelled_negatives: bool = True  # labelled anchors also contrast against unlabelled (-1) images
     queue_size: int = 0  # rows of earlier batches kept as extra candidates (hscl_zoo.losses.queue); 0: none
     queue_positives: bool = False  # same-label queue rows are positives too (label positives only)
     queue_start_epoch: int = 1  # first epoch that reads and fills the queue (early embeddings go stale fast)
@@ -142,6 +145,7 @@ class PretrainConfig:
             if value is not None and (len(value) != 3 or not all(isinstance(v, (int, float)) for v in value)
                                       or (key == "std" and min(value) <= 0)):
                 raise ValueError(f"{key}={value!r}: give three numbers, one per RGB channel (std > 0), or unset it.")
+        check_labelled_fraction(self.labelled_fraction)
         self._validate_large_batch()
         if self.subset is not None and self.subset < 1:
             raise ValueError(f"subset={self.subset} must be a positive number of images, or unset for all.")
@@ -220,7 +224,8 @@ class PretrainConfig:
     def loss_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `build_loss(self.method, ...)`: the common options and the method's
         hyperparameters; a scheduled one (H-SCL(tau)'s threshold) gets a fresh linear schedule."""
-        kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M}
+        kwargs: dict[str, Any] = {"temperature": self.temperature, "M": self.M,
+                                  "unlabelled_negatives": self.unlabelled_negatives}
         if self.queue_size:
             kwargs.update(queue_size=self.queue_size, queue_positives=self.queue_positives,
                           queue_start_epoch=self.queue_start_epoch)

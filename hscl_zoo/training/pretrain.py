@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from hscl_zoo.data.datasets import LoadedData, load_splits
 from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.loaders import SeededLoader, make_loader
 from hscl_zoo.data.raw_images import RawImageDataset, workers_need_shared_memory
 from hscl_zoo.data.transforms import simclr_transform
@@ -228,6 +229,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
             if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
                 monitor_started = time.perf_counter()
                 record["knn_top1"] = monitor(encoder)
+                record["knn_train_images"] = len(monitor.splits[0])
                 record["monitor_seconds"] = time.perf_counter() - monitor_started
             record["wall_seconds"] = time.perf_counter() - last_record
             with metrics_path.open("a") as f:
@@ -251,13 +253,15 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
 
 def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
     """The run's dataset (own data measured by the main process first, so the others read its
-    cache) and the config with the normalisation it will use recorded in ``mean``/``std``.
+    cache), with only ``labelled_fraction`` of its training labels kept, and the config with the
+    normalisation it will use recorded in ``mean``/``std``.
 
     Raises ValueError before training when the method (or label-positive pairing) needs labels
     and the data has none."""
     with accelerator.main_process_first():
         data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
                            **source_options(cfg.to_dict()))
+    data = partly_labelled(data, cfg.labelled_fraction, seed=cfg.seed)
     uses_labels = "labels" in (cfg.positives, cfg.method_spec.positives) or cfg.method_spec.negatives == "other-labels"
     if not data.class_names and (uses_labels or cfg.label_positive_pairing):
         raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"
@@ -419,7 +423,8 @@ def export_run(
     print(
         f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
         f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
-        f"({len(data.test)} images). Hub-ready folder: {hub_dir}"
+        f"({len(data.test)} images; fitted on {evaluation['train_images']} labelled training images). "
+        f"Hub-ready folder: {hub_dir}"
         + (f". Training throughput from epoch 2: {throughput:,.0f} views/s." if throughput else ""),
         flush=True,
     )
