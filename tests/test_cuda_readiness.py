@@ -183,6 +183,7 @@ def test_double_compilation_is_guarded():
     from hscl_zoo.training.pretrain import compiled_forward
 
     model = torch.nn.Linear(2, 2)
+    AcceleratorState._reset_state(reset_partial_state=True)  # an earlier in-process run may have set it up
     try:
         accelerator = Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend="inductor"))
         assert compiled_forward(model, accelerator, requested=True) is model
