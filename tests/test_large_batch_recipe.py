@@ -13,7 +13,7 @@ from hscl_zoo.losses.queue import MemoryQueue
 from hscl_zoo.training import PretrainConfig
 from hscl_zoo.training.publishing import training_summary
 from hscl_zoo.training.steps import check_chunk_size
-from tests.test_pretrain import ONE_STEP, load_recipe, run_main
+from test_pretrain import ONE_STEP, load_recipe, run_main
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from hscl_zoo import build_loss
 from hscl_zoo.losses.queue import MemoryQueue
 from hscl_zoo.losses.reference import reference_loss
-from tests.test_distributed import SIZES, _free_port, full_batch
-from tests.test_losses import CASES, LABELS, features
+from test_distributed import SIZES, _free_port, full_batch
+from test_losses import CASES, LABELS, features
 
 
 def pushed(queue: MemoryQueue, start: int, n: int, d: int = 3) -> None:
