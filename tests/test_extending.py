@@ -97,7 +97,7 @@ def test_toy_method_through_build_loss(toy_method):
 
 def test_toy_method_through_the_config(toy_method):
     cfg = PretrainConfig(method="toy-power", beta=3.0, tau_plus=0.3)
-    assert cfg.loss_kwargs() == {"temperature": 0.5, "M": None, "beta": 3.0}
+    assert cfg.loss_kwargs() == {"temperature": 0.5, "M": None, "beta": 3.0, "unlabelled_negatives": True}
     assert cfg.method_hyperparameters() == {"temperature": 0.5, "positives": "labels", "beta": 3.0,
                                             "M": "global embeddings - 2"}
     with pytest.raises(ValueError, match="toy-power: beta must be"):
