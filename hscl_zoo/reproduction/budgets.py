@@ -28,8 +28,9 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
                 probe_epochs=100, knn_k=50, monitor_train_size=1500)),
     Budget("cpu-cifar10-10k",
            "The CPU evidence budget: a class-balanced 10,000-image CIFAR-10 subset, evaluated on the full "
-           "10,000-image test split; ResNet-18 with timm's stem (the paper's small stem is ~18x slower on a CPU), "
-           "batch 256 (M = 510), 15 epochs. The per-epoch kNN monitor classifies 5,000 balanced test images "
+           "10,000-image test split; ResNet-18 with timm's stem (the paper's small stem keeps 16x the positions "
+           "per layer at 32 px, too slow for a CPU), batch 256 (M = 510), 15 epochs. The per-epoch kNN monitor "
+           "classifies 5,000 balanced test images "
            "from a 5,000-image bank; the final linear probe and kNN use all of both splits.",
            dict(dataset="cifar10", subset=10000, full_test=True, backbone="resnet18", stem="default", epochs=15,
                 batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000)),
