@@ -16,74 +16,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from hscl_zoo.losses import LOSS_NAMES, METHODS
-from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, method_settings
+from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, run_settings
 from hscl_zoo.reproduction.figures import plot_histories
 from hscl_zoo.reproduction.report import quote_in_readme, render_markdown, write_csv
+from hscl_zoo.reproduction.runs import run_or_reuse
 from hscl_zoo.reproduction.summary import by_method, display
 
 PRETRAIN = Path(__file__).resolve().parent / "pretrain.py"
 
 
-
 def run_one(out: Path, budget: Budget, method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
     """Train and probe one (method, seed), or reuse a finished run; return its result record."""
-    run_dir = out / "runs" / f"{method}-s{seed}"
-    record_path = out / "runs" / f"{method}-s{seed}.json"
-    if record_path.is_file():
-        return json.loads(record_path.read_text())
-    cmd = [sys.executable, str(PRETRAIN)]
-    if (run_dir / "config.json").is_file():
-        cmd += ["--output_dir", str(run_dir), "--resume"]
-    else:
-        try:
-            settings = {**budget.settings, **method_settings(out / "runs", method, seed), "method": method,
-                        "seed": seed, "output_dir": str(run_dir)}
-        except ValueError as error:
-            raise SystemExit(f"error: {error}") from error
-        if data_dir is not None:
-            settings["data_dir"] = data_dir
-        cmd += [item for key, value in settings.items() for item in (f"--{key}", str(value))]
-    started = time.perf_counter()
-    print(f"[{method} seed {seed}] {' '.join(cmd[1:])}", flush=True)
-    result = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if result.returncode != 0:
-        raise SystemExit(f"error: run {run_dir} failed (exit {result.returncode}); re-run this command to resume it.")
-    evaluation = json.loads((run_dir / "linear_eval.json").read_text())
-    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    record = {
-        "method": method,
-        "seed": seed,
-        "top1": evaluation["top1"],
-        "top5": evaluation["top5"],
-        "knn_top1": evaluation["knn_top1"],
-        "history": history,
-        "wall_seconds": time.perf_counter() - started,
-        "train_seconds": sum(h["epoch_seconds"] for h in history),
-        "hardware": hardware(),
-        "config": json.loads((run_dir / "config.json").read_text()),
-        "probe_protocol": evaluation["protocol"],
-    }
-    record_path.write_text(json.dumps(record, indent=2) + "\n")
-    return record
-
-
-def hardware() -> str:
-    """The device the runs train on, named as the summary reports it."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    threads = os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads()
-    return f"CPU ({os.cpu_count()} cores, {platform.machine()}, torch threads {threads})"
+    runs = out / "runs"
+    return run_or_reuse(runs, f"{method}-s{seed}", lambda: run_settings(budget, runs, method, seed, data_dir),
+                        pretrain=[sys.executable, str(PRETRAIN)], fields={"method": method, "seed": seed})
 
 
 def summarise(out: Path, budget: Budget) -> str:

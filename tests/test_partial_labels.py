@@ -123,3 +123,23 @@ def test_one_epoch_run_with_a_fifth_of_the_labels_reports_what_it_used(tmp_path)
     anchors, left_out = record["diagnostics_anchors"], record["diagnostics_unlabelled_anchors"]
     assert anchors + left_out == 6 * 32 * 2 and 0 < anchors < left_out
     assert json.loads((out / "config.json").read_text())["labelled_fraction"] == 0.2
+
+
+def test_train_on_unlabelled_false_pretrains_on_the_labelled_images_only():
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from hscl_zoo.training.pretrain import load_training_data
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # an earlier in-process run may have set one up
+    accelerator = Accelerator(cpu=True)
+    try:
+        kept, _ = load_training_data(PretrainConfig(subset=200, labelled_fraction=0.2), accelerator)
+        labelled, _ = load_training_data(PretrainConfig(subset=200, labelled_fraction=0.2, train_on_unlabelled=False),
+                                         accelerator)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert (len(kept.train), kept.unlabelled) == (200, 160)
+    assert (len(labelled.train), labelled.unlabelled) == (40, 0)
+    assert sorted(label_array(labelled.train).tolist()) == sorted(x for x in label_array(kept.train).tolist() if x != -1)
+    assert labelled.test is kept.test or len(labelled.test) == len(kept.test)

@@ -36,6 +36,7 @@ PUBLIC_NAMES = {
 
 CONFIG_KEYS = [
     "dataset", "data_dir", "subset", "full_test", "views", "label_positive_pairing", "labelled_fraction",
+    "train_on_unlabelled",
     "image_column", "label_column", "train_split", "test_split", "test_fraction", "skip_unreadable", "mean", "std",
     "backbone", "stem", "image_size",
     "method", "temperature", "beta", "threshold_start", "threshold_end", "tau_plus", "positives", "M",

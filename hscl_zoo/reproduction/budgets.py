@@ -81,3 +81,10 @@ def method_settings(runs_dir: Path, method: str, seed: int) -> dict[str, Any]:
     if method == "hscl-tau":
         return threshold_schedule(runs_dir, seed)
     return dict(METHOD_OVERRIDES.get(method, {}))
+
+
+def run_settings(budget: Budget, runs_dir: Path, method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
+    """Every pretraining key of one run of `budget`: its settings, the method's own, the seed and
+    the local data folder (None: the Hub)."""
+    keys = {**budget.settings, **method_settings(runs_dir, method, seed), "method": method, "seed": seed}
+    return keys if data_dir is None else {**keys, "data_dir": data_dir}

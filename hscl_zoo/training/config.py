@@ -39,6 +39,7 @@ class PretrainConfig:
     views: int = 2
     label_positive_pairing: bool = False  # draw later views from other images of the same class
     labelled_fraction: float = 1.0  # seeded, class-balanced part of the training labels kept; the rest become -1
+    train_on_unlabelled: bool = True  # false: pretrain on the labelled images only (the supervised baseline)
     # own data (dataset "imagefolder:PATH", "parquet:PATH", "hf:owner/name"; hscl_zoo.data.sources)
     image_column: str | None = None  # None: guessed from the features (tables only)
     label_column: str | None = None  # None: guessed; no label column means unlabelled (UCL, H-UCL only)

@@ -253,7 +253,8 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
 
 def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
     """The run's dataset (own data measured by the main process first, so the others read its
-    cache), with only ``labelled_fraction`` of its training labels kept, and the config with the
+    cache), with only ``labelled_fraction`` of its training labels kept (and, with
+    ``train_on_unlabelled`` false, only the labelled images), and the config with the
     normalisation it will use recorded in ``mean``/``std``.
 
     Raises ValueError before training when the method (or label-positive pairing) needs labels
@@ -262,6 +263,11 @@ def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[L
         data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
                            **source_options(cfg.to_dict()))
     data = partly_labelled(data, cfg.labelled_fraction, seed=cfg.seed)
+    if not cfg.train_on_unlabelled:
+        data = data.labelled()
+        if accelerator.is_main_process:
+            print(f"train_on_unlabelled false: pretraining on the {len(data.train)} labelled training images only.",
+                  flush=True)
     uses_labels = "labels" in (cfg.positives, cfg.method_spec.positives) or cfg.method_spec.negatives == "other-labels"
     if not data.class_names and (uses_labels or cfg.label_positive_pairing):
         raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"

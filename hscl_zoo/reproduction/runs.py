@@ -1,0 +1,88 @@
+"""One reproduction run: pretrain and probe in a process of its own, resume it, or reuse its record.
+
+A run lives in ``<runs>/<name>/`` (the recipe's output folder) and, once finished, in the record
+``<runs>/<name>.json``: the probe's scores, the per-epoch history, the config, the hardware and
+the commit of the code that trained it. Budgets (`recipes/reproduce.py`) and studies
+(`recipes/study.py`) both go through :func:`run_or_reuse`, so a re-run command only does what is
+missing and an interrupted run continues from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+Record = dict[str, Any]
+
+
+def run_or_reuse(runs: Path, name: str, settings: Callable[[], dict[str, Any]], *, pretrain: Sequence[str],
+                 fields: dict[str, Any]) -> Record:
+    """The record of run `name` under `runs`: read if finished, else trained (or resumed) by the
+    command `pretrain` (e.g. ``[python, recipes/pretrain.py]``) and written.
+
+    `settings` gives the pretraining keys of a new run (called only when the run has not started;
+    its ValueError becomes a SystemExit naming the problem); `fields` (method, seed, variant ...)
+    head the record."""
+    run_dir, record_path = runs / name, runs / f"{name}.json"
+    if record_path.is_file():
+        return json.loads(record_path.read_text())
+    cmd = list(pretrain)
+    if (run_dir / "config.json").is_file():
+        cmd += ["--output_dir", str(run_dir), "--resume"]
+    else:
+        try:
+            keys = {**settings(), "output_dir": str(run_dir)}
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from error
+        cmd += [item for key, value in keys.items() for item in (f"--{key}", str(value))]
+    started = time.perf_counter()
+    print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
+    result = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if result.returncode != 0:
+        raise SystemExit(f"error: run {run_dir} failed (exit {result.returncode}); re-run this command to resume it.")
+    evaluation = json.loads((run_dir / "linear_eval.json").read_text())
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    record = {
+        **fields,
+        "top1": evaluation["top1"],
+        "top5": evaluation["top5"],
+        "knn_top1": evaluation["knn_top1"],
+        "history": history,
+        "wall_seconds": time.perf_counter() - started,
+        "train_seconds": sum(h["epoch_seconds"] for h in history),
+        "hardware": hardware(),
+        "commit": code_commit(),
+        "config": json.loads((run_dir / "config.json").read_text()),
+        "probe_protocol": evaluation["protocol"],
+    }
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def hardware() -> str:
+    """The device the runs train on, named as the summaries report it."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    threads = os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads()
+    return f"CPU ({os.cpu_count()} cores, {platform.machine()}, torch threads {threads})"
+
+
+def code_commit() -> str | None:
+    """The git commit of the hscl_zoo code that trains (None outside a git checkout); a run
+    started from a tree with uncommitted changes says so with a '+dirty' suffix."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hscl_zoo", "recipes"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
