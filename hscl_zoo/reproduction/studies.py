@@ -109,21 +109,21 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
 )}
 
 
-def check_studies() -> None:
-    """Raise ValueError if a study names an unknown budget or variant (run at import)."""
-    for study in STUDIES.values():
-        if study.budget not in BUDGETS:
-            raise ValueError(f"study {study.name}: unknown budget {study.budget!r}")
-        names = [v.name for v in study.variants]
-        if len(set(names)) != len(names):
-            raise ValueError(f"study {study.name}: duplicate variant names {names}")
-        for c in study.comparisons:
-            if {c.a, c.b} - set(names):
-                raise ValueError(f"study {study.name}: comparison {c.claim!r} names a variant not in {names}")
-        for v in study.variants:
-            if v.trained_here == ("method" not in v.settings):
-                raise ValueError(f"study {study.name}, variant {v.name}: give either settings with a method or "
-                                 "budget_method, not both or neither")
+def check_study(study: Study) -> None:
+    """Raise ValueError if `study` names an unknown budget or variant, or a variant is ill-formed."""
+    if study.budget not in BUDGETS:
+        raise ValueError(f"study {study.name}: unknown budget {study.budget!r}; budgets: {', '.join(sorted(BUDGETS))}")
+    names = [v.name for v in study.variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"study {study.name}: duplicate variant names {names}")
+    for c in study.comparisons:
+        if {c.a, c.b} - set(names):
+            raise ValueError(f"study {study.name}: comparison {c.claim!r} names a variant not in {names}")
+    for v in study.variants:
+        if v.trained_here == ("method" not in v.settings):
+            raise ValueError(f"study {study.name}, variant {v.name}: give either settings with a method or "
+                             "budget_method, not both or neither")
 
 
-check_studies()
+for _study in STUDIES.values():
+    check_study(_study)

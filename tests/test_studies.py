@@ -1,0 +1,120 @@
+"""Studies (hscl_zoo.reproduction.studies, recipes/study.py): the table is well formed, verdicts
+follow from the paired differences, committed summaries are what the run files give."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from hscl_zoo.reproduction import report
+from hscl_zoo.reproduction.studies import STUDIES, Comparison, Study, Variant, check_study
+from hscl_zoo.reproduction.study_report import judge
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_driver():
+    spec = importlib.util.spec_from_file_location("study_recipe", ROOT / "recipes" / "study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def runs(**top1_per_seed):
+    return {name: [{"seed": s, "top1": t} for s, t in enumerate(values)] for name, values in top1_per_seed.items()}
+
+
+@pytest.mark.parametrize("study, message", [
+    (Study("x", "no-such-budget", "q", (), ()), "unknown budget"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", {"method": "scl"}),) * 2, ()), "duplicate variant"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", {"method": "scl"}),), (Comparison("c", "a", "b"),)),
+     "names a variant not in"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", {"batch_size": 8}),), ()), "either settings with a method"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", {"method": "scl"}, budget_method="scl"),), ()),
+     "not both or neither"),
+])
+def test_ill_formed_studies_are_refused(study, message):
+    with pytest.raises(ValueError, match=message):
+        check_study(study)
+
+
+def test_declared_studies_name_real_config_keys():
+    from hscl_zoo.training.config import PretrainConfig
+
+    keys = set(PretrainConfig.__dataclass_fields__)
+    for study in STUDIES.values():
+        for v in study.variants:
+            assert set(v.settings) <= keys, (study.name, v.name, set(v.settings) - keys)
+
+
+def test_beats_needs_the_interval_on_its_side():
+    claim = Comparison("a beats b", "a", "b")
+    assert judge(claim, runs(a=[52, 53, 51], b=[50, 51, 49])).verdict == "holds"
+    assert judge(claim, runs(a=[48, 49, 47], b=[50, 51, 49])).verdict == "does not hold"
+    assert judge(claim, runs(a=[53, 49, 51], b=[50, 51, 49])).verdict == "undecided"
+    one = judge(claim, runs(a=[51], b=[50]))
+    assert one.verdict == "holds (1 seed)" and "+1.00 points (1 seed, no interval)" in one.evidence
+    assert judge(claim, runs(a=[49], b=[50])).verdict == "does not hold (1 seed)"
+
+
+def test_matches_needs_the_interval_inside_the_margin():
+    claim = Comparison("a matches b", "a", "b", "matches", margin=1.0)
+    assert judge(claim, runs(a=[50.2, 50.1, 50.3], b=[50, 50, 50])).verdict == "holds"
+    assert judge(claim, runs(a=[53, 53.5, 52.5], b=[50, 50, 50])).verdict == "does not hold"
+    assert judge(claim, runs(a=[51, 49, 50.5], b=[50, 50, 50])).verdict == "undecided"
+    assert judge(claim, runs(a=[51.5], b=[50])).verdict == "does not hold (1 seed)"
+
+
+def test_a_claim_without_runs_is_not_measured_and_says_which():
+    claim = Comparison("a beats b", "a", "b")
+    verdict = judge(claim, runs(a=[51]))
+    assert verdict.verdict == "not measured yet" and "no finished run of b" in verdict.evidence
+    assert judge(claim, {"a": [{"seed": 0, "top1": 1.0}], "b": [{"seed": 1, "top1": 1.0}]}).evidence == \
+        "no seed run by both."
+
+
+COMMITTED = sorted(p.name for p in (ROOT / "results" / "studies").glob("*") if (p / "runs").is_dir())
+
+
+def test_every_committed_study_is_declared():
+    assert COMMITTED, "results/studies holds no study; the summary test below would check nothing"
+    assert set(COMMITTED) <= set(STUDIES)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_study_summaries_are_what_the_run_files_give(name, tmp_path):
+    """results/studies/<name>/summary.md and the README block equal what --summary-only renders."""
+    driver = load_driver()
+    committed = ROOT / "results" / "studies" / name
+    (tmp_path / "runs").mkdir()
+    for path in (committed / "runs").glob("*.json"):
+        (tmp_path / "runs" / path.name).write_text(path.read_text())
+    budget_out = ROOT / "results" / STUDIES[name].budget
+    text = driver.main(["--study", name, "--summary-only", "--out", str(tmp_path), "--budget-out", str(budget_out)])
+    assert text == (committed / "summary.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert report.quote_in_readme(readme, name, text) == readme, (
+        f"README's results:{name} block is stale: python recipes/study.py --study {name} --summary-only --readme README.md")
+
+
+def test_an_unknown_variant_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="has no variant b512; its variants: scl, scl-queue"):
+        load_driver().main(["--study", "tiny-queue", "--variants", "b512", "--out", str(tmp_path)])
+
+
+@pytest.mark.slow
+def test_tiny_study_trains_its_variants_reuses_the_budget_run_and_skips_finished_ones(tmp_path):
+    driver = load_driver()
+    args = ["--study", "tiny-queue", "--out", str(tmp_path / "study"), "--budget-out", str(tmp_path / "budget")]
+    text = driver.main(args)
+    budget_run = tmp_path / "budget" / "runs" / "scl-s0.json"
+    own_run = tmp_path / "study" / "runs" / "scl-queue-s0.json"
+    record = json.loads(own_run.read_text())
+    assert (record["study"], record["variant"], record["method"], record["config"]["queue_size"]) == \
+        ("tiny-queue", "scl-queue", "scl", 64)
+    assert json.loads(budget_run.read_text())["config"]["queue_size"] == 0
+    assert "| scl-queue | SCL with a 64-row queue | 1 |" in text and "**The queue helps SCL: " in text
+    stamps = [p.stat().st_mtime_ns for p in (budget_run, own_run)]
+    assert driver.main(args) == text
+    assert [p.stat().st_mtime_ns for p in (budget_run, own_run)] == stamps, "finished runs must be skipped"
