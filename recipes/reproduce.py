@@ -23,7 +23,7 @@ from typing import Any
 from hscl_zoo.losses import LOSS_NAMES, METHODS
 from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, run_settings
 from hscl_zoo.reproduction.figures import plot_histories
-from hscl_zoo.reproduction.report import quote_in_readme, render_markdown, write_csv
+from hscl_zoo.reproduction.report import render_markdown, update_readme, write_csv
 from hscl_zoo.reproduction.runs import run_or_reuse
 from hscl_zoo.reproduction.summary import by_method, display
 
@@ -73,10 +73,7 @@ def main(argv: list[str] | None = None) -> str:
                 run_one(out, budget, method, seed, args.data_dir)
     text = summarise(out, budget)
     if args.readme is not None:
-        try:
-            args.readme.write_text(quote_in_readme(args.readme.read_text(), budget.name, text))
-        except ValueError as error:
-            raise SystemExit(f"error: {args.readme}: {error}") from error
+        update_readme(args.readme, budget.name, text)
     print(text)
     return text
 

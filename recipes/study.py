@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hscl_zoo.reproduction.budgets import BUDGETS, run_settings
-from hscl_zoo.reproduction.report import quote_in_readme
+from hscl_zoo.reproduction.report import update_readme
 from hscl_zoo.reproduction.runs import run_or_reuse
 from hscl_zoo.reproduction.studies import STUDIES, Study, Variant
 from hscl_zoo.reproduction.study_report import render_study
@@ -86,10 +86,7 @@ def main(argv: list[str] | None = None) -> str:
                     run_variant(study, variant, seed, out, budget_out, args.data_dir)
     text = summarise(study, out, budget_out)
     if args.readme is not None:
-        try:
-            args.readme.write_text(quote_in_readme(args.readme.read_text(), study.name, text))
-        except ValueError as error:
-            raise SystemExit(f"error: {args.readme}: {error}") from error
+        update_readme(args.readme, study.name, text)
     print(text)
     return text
 

@@ -2,7 +2,6 @@
 after a kill, two processes, bad input."""
 
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -26,6 +25,8 @@ from hscl_zoo.data.views import MultiViewDataset
 from hscl_zoo.training import PretrainConfig
 from hscl_zoo.training.monitoring import monitor_split
 
+from helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "pretrain.py"
 ACCELERATE = Path(sys.executable).with_name("accelerate")
@@ -34,10 +35,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("pretrain_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("recipes", "pretrain")
 
 
 def launch(*args, processes=1, timeout=600):

@@ -7,7 +7,6 @@ change a run work on a copy.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import struct
@@ -20,21 +19,15 @@ import torch
 import hscl_zoo
 from hscl_zoo.reproduction import figures
 
+from helpers import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--epochs", "2", "--batch_size", "64", "--subset", "300", "--probe_epochs", "5"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _recipe(name: str):
-    """Import recipes/<name>.py from its file (recipes/ is not a package)."""
-    module_name = f"_hscl_recipe_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, REPO / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("recipes", name)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 from run files, the H-SCL(tau) threshold read from SCL's measured negatives, a real tiny sweep."""
 
 import csv
-import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -13,14 +12,13 @@ from scipy.stats import t as student_t
 from hscl_zoo.reproduction import budgets, report, summary
 from hscl_zoo.reproduction.statistics import paired_difference
 
+from helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_driver():
-    spec = importlib.util.spec_from_file_location("reproduce_recipe", ROOT / "recipes" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("recipes", "reproduce")
 
 
 def record(method, seed, top1, knn_curve, assumption, hscl_le_hucl=True, ucl=5.0, train_loss=None, kept=None):

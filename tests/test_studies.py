@@ -1,7 +1,6 @@
 """Studies (hscl_zoo.reproduction.studies, recipes/study.py): the table is well formed, verdicts
 follow from the paired differences, committed summaries are what the run files give."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,14 +10,13 @@ from hscl_zoo.reproduction import report
 from hscl_zoo.reproduction.studies import STUDIES, Comparison, Study, Variant, check_study
 from hscl_zoo.reproduction.study_report import judge
 
+from helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_driver():
-    spec = importlib.util.spec_from_file_location("study_recipe", ROOT / "recipes" / "study.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("recipes", "study")
 
 
 def runs(**top1_per_seed):

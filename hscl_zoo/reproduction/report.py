@@ -58,6 +58,15 @@ def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:
     return f"{head}{begin}\n{results_block(summary_text)}{end}{tail}"
 
 
+def update_readme(readme: Path, name: str, summary_text: str) -> None:
+    """Rewrite the `<!-- results:NAME -->` block of the README file `readme` (the command-line
+    form of :func:`quote_in_readme`: missing markers end the command with the fix)."""
+    try:
+        readme.write_text(quote_in_readme(readme.read_text(), name, summary_text))
+    except ValueError as error:
+        raise SystemExit(f"error: {readme}: {error}") from error
+
+
 def render_markdown(name: str, description: str, settings: dict[str, Any], records: list[Record],
                     paper_top1: dict[str, float]) -> str:
     """The whole summary.md of one budget."""
