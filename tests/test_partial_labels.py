@@ -71,7 +71,11 @@ def test_diagnostics_use_the_labelled_images_only_and_count_them():
     assert out["diagnostics_anchors"] == 18 * 2 and out["diagnostics_unlabelled_anchors"] == (6 + 4) * 2
     assert expected["diagnostics_anchors"] == 36 and expected["diagnostics_unlabelled_anchors"] == 0
     same = [k for k in out if not k.startswith("diagnostics_")]
-    assert {k: out[k] for k in same} == {k: expected[k] for k in same}
+    # the meter masks the unlabelled rows out instead of dropping them: its sums run over more
+    # (zero) terms in another order, equal to the last bits; counts and histogram are exact
+    assert {k: out[k] for k in same} == pytest.approx({k: expected[k] for k in same}, rel=1e-12)
+    exact = ["assumption_fraction", "lemma_held_fraction", *(k for k in same if k.startswith("neg_cos_"))]
+    assert {k: out[k] for k in exact} == {k: expected[k] for k in exact}
 
 
 def test_diagnostics_of_batches_without_labels_are_nan_with_counts():

@@ -6,6 +6,10 @@ Under it, L_HSCL <= L_HUCL (Lemma 1), which `lemma_losses` lets one watch during
 Both run on one process's batch without gradient, on its labelled images only: an image whose
 label is -1 (unlabelled) has no class, so it is neither a collision nor an other-label negative,
 and is left out as anchor and as candidate; `DiagnosticsMeter` reports how many anchors it used.
+
+The functions return Python numbers (reading the device); `DiagnosticsMeter.update` computes the
+same quantities with masks instead of selecting the labelled rows, and keeps its sums on the
+features' device, so that a training step that feeds it never waits for the device.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, Threshold, log_hardening_weight
@@ -58,12 +63,17 @@ def assumption_counts(
     empty hard set falls back to uniform weights, as in the loss."""
     g, sets = _scaled_similarities(features, labels, temperature)
     eta = _hardening(temperature, beta, threshold, hardening)
-    collisions, others = sets.collisions, sets.other_labels
-    eligible = collisions.any(dim=1) & others.any(dim=1)
-    mean_collision = log_weighted_mean_exp(g, collisions, collisions.any(dim=1), eta)
-    mean_other = log_weighted_mean_exp(g, others, others.any(dim=1), eta)
-    holds = eligible & (mean_collision >= mean_other)
+    holds, eligible = _assumption_rows(g, sets.collisions, sets.other_labels, eta)
     return int(holds.sum()), int(eligible.sum())
+
+
+def _assumption_rows(g: Tensor, collisions: Tensor, others: Tensor, eta: HardeningFn) -> tuple[Tensor, Tensor]:
+    """Per anchor row: (Assumption 1 holds and the anchor is eligible, the anchor is eligible)."""
+    has_collision, has_other = collisions.any(dim=1), others.any(dim=1)
+    eligible = has_collision & has_other
+    mean_collision = log_weighted_mean_exp(g, collisions, has_collision, eta)
+    mean_other = log_weighted_mean_exp(g, others, has_other, eta)
+    return eligible & (mean_collision >= mean_other), eligible
 
 
 def assumption_fraction(
@@ -86,13 +96,17 @@ def negative_masses(
     labelled images, weighted by 1 (hucl), by 1(other label) (hscl) and by 1(same label) (hcol).
     Proposition 2 says alpha_HUCL = alpha_HSCL + alpha_Hcol."""
     g, sets = _scaled_similarities(features, labels, temperature)
-    weight = torch.exp(log_hardening_weight(hardening, g))
-    pool = sets.other_images
+    return _mass_rows(g, sets.other_images, sets.other_labels, sets.collisions, hardening)
+
+
+def _mass_rows(g: Tensor, pool: Tensor, others: Tensor, collisions: Tensor, eta: HardeningFn) -> dict[str, Tensor]:
+    """Per anchor row alpha_HUCL, alpha_HSCL, alpha_Hcol over the candidate masks given."""
+    weight = torch.exp(log_hardening_weight(eta, g))
     n = pool.sum(dim=1).clamp_min(1).to(g.dtype)
     return {
         "hucl": torch.where(pool, weight, 0.0).sum(dim=1) / n,
-        "hscl": torch.where(pool & sets.other_labels, weight, 0.0).sum(dim=1) / n,
-        "hcol": torch.where(sets.collisions, weight, 0.0).sum(dim=1) / n,
+        "hscl": torch.where(pool & others, weight, 0.0).sum(dim=1) / n,
+        "hcol": torch.where(collisions, weight, 0.0).sum(dim=1) / n,
     }
 
 
@@ -128,6 +142,16 @@ def _local_loss(loss: ContrastiveLoss, features: Tensor, labels: Tensor) -> Tens
     z = normalized(features, loss_name="diagnostics")
     pair_sum, count = loss.pair_psi_sum(z, z, labels, 0)
     return pair_sum / count.clamp_min(1)
+
+
+def _label_positive_loss(g: Tensor, positive: Tensor, negative: Tensor, eta: HardeningFn | None, log_M: Tensor) -> Tensor:
+    """The loss's general path (docs/losses.md) over given masks, with M as a tensor: the mean over
+    counted (anchor, positive) pairs of softplus(log M + log E_i - g_ip), 0 when none is counted."""
+    has_negative = negative.any(dim=1)
+    log_mean = log_weighted_mean_exp(g, negative, has_negative, eta)
+    psi = F.softplus(log_M + log_mean[:, None] - g)
+    counted = positive & has_negative[:, None]
+    return torch.where(counted, psi, 0.0).sum() / counted.sum().clamp_min(1)
 
 
 NEGATIVE_COSINE_BINS = 200
@@ -169,10 +193,20 @@ class DiagnosticsMeter:
 
     `update` per batch; `state()` is one float64 tensor of sums, so that processes pool their
     meters with a single all-reduce (sum) before `summarise(state)`; `compute()` does both locally.
+
+    `update` reads nothing back from the device: the sums stay a float64 tensor on the features'
+    device (`state()` returns a copy of it there), the labelled images are selected by masks
+    rather than by indexing (whose result size the host would have to wait for), and the input
+    checks of the functions above (negative labels other than -1, NaN or infinite features) are
+    counted on the device and raised by `summarise` / `compute`. With the provided hardening
+    functions (exponential tilt, threshold) nothing in `update` waits for the device; another
+    callable is checked for negative or non-finite weights on the host at every call.
     """
 
     LOSSES = ("ucl", "scl", "hucl", "hscl")
     MASSES = ("hucl", "hscl", "hcol")
+    SCALARS = ("holds", "eligible", "batches", "lemma_batches_held", "negatives_kept", "labelled_anchors",
+               "unlabelled_anchors")
 
     def __init__(
         self,
@@ -182,46 +216,68 @@ class DiagnosticsMeter:
         threshold: float | None = None,
         hardening: HardeningFn | None = None,
     ) -> None:
+        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; the paper uses 0.5.")
         self.eta = _hardening(temperature, beta, threshold, hardening)
         self.temperature, self.beta, self.threshold, self.hardening = temperature, beta, threshold, hardening
         self.reset()
 
+    @property
+    def state_size(self) -> int:
+        return len(self.SCALARS) + len(self.LOSSES) + len(self.MASSES) + NEGATIVE_COSINE_BINS
+
     def reset(self) -> None:
-        self.holds = 0
-        self.eligible = 0
-        self.batches = 0
-        self.loss_sums = dict.fromkeys(self.LOSSES, 0.0)
-        self.mass_sums = dict.fromkeys(self.MASSES, 0.0)
-        self.lemma_batches_held = 0
-        self.negatives_kept = 0
-        self.labelled_anchors = 0
-        self.unlabelled_anchors = 0
-        self.cosine_counts = torch.zeros(NEGATIVE_COSINE_BINS, dtype=torch.float64)
+        self._sums: Tensor | None = None  # laid out as state(), on the device of the first update's features
+        self._refused: Tensor | None = None  # (labels negative but not -1, the most negative of them, non-finite rows)
 
     def update(self, features: Tensor, labels: Tensor) -> None:
-        kw = dict(temperature=self.temperature, beta=self.beta, threshold=self.threshold, hardening=self.hardening)
-        views = features.shape[1] if features.ndim == 3 else 0
-        total = features.shape[0] * views
-        features, labels = _labelled(features, labels)
-        self.labelled_anchors += labels.numel() * views
-        self.unlabelled_anchors += total - labels.numel() * views
-        if not labels.numel():
+        sums, refused = self._batch_sums(features, labels)
+        if self._sums is None:
+            self._sums, self._refused = sums, refused
             return
-        holds, eligible = assumption_counts(features, labels, **kw)
-        losses = lemma_losses(features, labels, **kw)
-        masses = negative_masses(features, labels, self.eta, temperature=self.temperature)
-        cosines = negative_cosines(features, labels).float().clamp(-1.0, 1.0)
-        self.holds += holds
-        self.eligible += eligible
-        self.batches += 1
-        self.lemma_batches_held += int(losses["hscl"] <= losses["hucl"])
-        for key, value in losses.items():
-            self.loss_sums[key] += value
-        for key, value in masses.items():
-            self.mass_sums[key] += float(value.mean())
-        self.cosine_counts += torch.histc(cosines, bins=NEGATIVE_COSINE_BINS, min=-1.0, max=1.0).double().cpu()
-        if (level := self.threshold_level) is not None:
-            self.negatives_kept += int((cosines >= level).sum())
+        self._sums += sums
+        self._refused = torch.stack([self._refused[0] + refused[0], torch.minimum(self._refused[1], refused[1]),
+                                     self._refused[2] + refused[2]])
+
+    @torch.no_grad()
+    def _batch_sums(self, features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """One batch's contribution to the sums (laid out as `state()`) and to the input checks,
+        computed on the whole batch with the unlabelled rows masked out of every set."""
+        labels = validate_inputs(features, labels, needs_labels=True, loss_name="diagnostics")
+        B, V, d = features.shape
+        f = features.detach().to(torch.float64 if features.dtype == torch.float64 else torch.float32)
+        norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+        z = (f / norms.clamp_min(1e-12)).reshape(B * V, d)  # `normalized`, without its host-side check
+        labelled = labels != UNLABELLED
+        bad = (labels < 0) & labelled
+        refused = torch.stack([bad.sum(), torch.where(bad, labels, 0).min(), (~torch.isfinite(norms)).sum()])
+
+        rows = labelled.repeat_interleave(V)
+        both = rows[:, None] & rows[None, :]
+        n_rows = rows.sum()
+        has = n_rows > 0
+        s = z @ z.T
+        g = s / self.temperature
+        sets = pair_sets(B, V, B, 0, labels, device=features.device)
+        collisions, others = sets.collisions & both, sets.other_labels & both
+        pool, positive = sets.other_images & both, sets.same_label & both
+
+        holds, eligible = _assumption_rows(g, collisions, others, self.eta)
+        log_M = (n_rows - 2).clamp_min(1).double().log().to(g.dtype)  # M = (labelled embeddings) - 2, as the loss
+        negatives = {"ucl": (pool, None), "scl": (others, None), "hucl": (pool, self.eta), "hscl": (others, self.eta)}
+        losses = {k: _label_positive_loss(g, positive, neg, eta, log_M) for k, (neg, eta) in negatives.items()}
+        masses = [torch.where(rows, m, 0.0).sum() / n_rows.clamp_min(1)
+                  for m in _mass_rows(g, pool, others, collisions, self.eta).values()]
+        cosines = s.float().clamp(-1.0, 1.0)
+        counted = others & ~torch.isnan(cosines)
+        counts = torch.histc(torch.where(counted, cosines, 2.0), bins=NEGATIVE_COSINE_BINS, min=-1.0, max=1.0)
+        level = self.threshold_level
+        kept = (counted & (cosines >= level)).sum() if level is not None else torch.zeros_like(n_rows)
+
+        scalars = [holds.sum(), eligible.sum(), has, has & (losses["hscl"] <= losses["hucl"]), kept, n_rows,
+                   B * V - n_rows, *(torch.where(has, loss, 0.0) for loss in losses.values()), *masses]
+        sums = torch.cat([torch.stack([x.to(torch.float64) for x in scalars]), counts.to(torch.float64)])
+        return sums, refused
 
     @property
     def threshold_level(self) -> float | None:
@@ -229,17 +285,31 @@ class DiagnosticsMeter:
         return self.threshold if self.threshold is not None else getattr(self.eta, "current_level", None)
 
     def state(self) -> Tensor:
-        """Every running sum in one float64 tensor (sum it over processes, then `summarise`)."""
-        scalars = [self.holds, self.eligible, self.batches, self.lemma_batches_held, self.negatives_kept,
-                   self.labelled_anchors, self.unlabelled_anchors, *self.loss_sums.values(), *self.mass_sums.values()]
-        return torch.cat([torch.tensor(scalars, dtype=torch.float64), self.cosine_counts])
+        """Every running sum in one float64 tensor (sum it over processes, then `summarise`), on the
+        device of the features fed to `update` (zeros on the CPU before the first update)."""
+        if self._sums is None:
+            return torch.zeros(self.state_size, dtype=torch.float64)
+        return self._sums.clone()
+
+    def _raise_if_refused(self) -> None:
+        if self._refused is None:
+            return
+        bad_labels, most_negative, nonfinite = self._refused.tolist()
+        if bad_labels:
+            raise ValueError(f"diagnostics: label {most_negative} is negative; class ids are >= 0 and {UNLABELLED} marks "
+                             f"an unlabelled image ({bad_labels} such label(s) fed to update()).")
+        if nonfinite:
+            raise ValueError("diagnostics: features contain NaN or inf (or values whose norm overflows); check the "
+                             f"encoder's output ({nonfinite} such embedding(s) fed to update()).")
 
     def summarise(self, state: Tensor) -> dict[str, float]:
         """The epoch's record from a (pooled) `state()`: assumption_fraction, loss_ucl/scl/hucl/hscl
         and mass_hucl/hscl/hcol (batch means), lemma_held_fraction, neg_cos_qNN (quantiles of the
         other-label negative cosines), diagnostics_anchors (labelled anchors used),
         diagnostics_unlabelled_anchors (left out) and, with a threshold, threshold_kept_fraction.
-        Averages are NaN when no batch had a labelled image."""
+        Averages are NaN when no batch had a labelled image. Raises ValueError when this meter
+        was fed labels or features that the functions above refuse."""
+        self._raise_if_refused()
         values = state.double().cpu()
         holds, eligible, batches, held, kept, labelled, unlabelled = values[:7].tolist()
         n_losses, n_masses = len(self.LOSSES), len(self.MASSES)

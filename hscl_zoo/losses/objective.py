@@ -86,9 +86,14 @@ class ContrastiveLoss(nn.Module):
     (world size) * (sum of its pairs' psi) / (global number of pairs): the mean over processes is
     the loss of the global batch, and DDP's gradient averaging yields its gradient. Gradient
     accumulation does not add negatives: each micro-batch only sees its own global batch.
+    Processes may pass batches of different sizes: the loss first all-gathers the sizes, and the
+    host waits for them. Setting `equal_batches = True` on an instance says every process passes
+    as many images as this one, and skips that all-gather. The pretraining loop sets it, as its
+    loader drops the last incomplete batch; a wrong True mismatches the processes' gathers.
     """
 
     allow_fused: bool = True
+    equal_batches: bool = False
     last_path: str | None = None
 
     def __init__(
@@ -170,7 +175,8 @@ class ContrastiveLoss(nn.Module):
             check_negative_labels(labels, self.unlabelled, loss_name=self.name)
         with torch.autocast(device_type=features.device.type, enabled=False):
             z = normalized(features, loss_name=self.name)
-            z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None)
+            sizes = [z.shape[0]] * world_size() if self.equal_batches else None
+            z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None, sizes=sizes)
             pair_sum, pair_count = self.pair_psi_sum(z, z_all, labels_all, offset)
             if self.queue is not None and self.queue.active and self.training:
                 row_labels = None if labels_all is None else labels_all.repeat_interleave(z.shape[1])

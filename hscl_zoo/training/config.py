@@ -92,7 +92,7 @@ class PretrainConfig:
     monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
     monitor_test_size: int | None = None  # class-balanced test images it classifies (None: all)
     diagnostics: bool = True
-    diagnostics_every: int | None = None  # batches between diagnostics updates, each a few device syncs (None: 1 on CPU, 25 on CUDA)
+    diagnostics_every: int | None = None  # batches between diagnostics updates, each a few (B*V)^2 passes, no host sync (None: 1 on CPU, 25 on CUDA)
     probe_epochs: int = 100
     log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
     # output

@@ -200,6 +200,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     forward = compiled_forward(model, accelerator, requested=fast["compile"])
     loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
+    loss_fn.equal_batches = True  # the loader drops the last incomplete batch: batch_size / processes images each
     monitor = KnnMonitor(data, cfg, accelerator.device) if accelerator.is_main_process and data.class_names else None
     if cfg.log_with:
         accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())

@@ -1,0 +1,137 @@
+"""DiagnosticsMeter keeps its sums on the features' device and never reads a value back in
+`update`: its records equal the standalone diagnostics functions batch by batch (unlabelled rows
+and a threshold included), and `update` runs on the meta device, where every read of a value
+(.item(), bool(), .tolist(), .cpu(), a boolean-mask index) raises."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hscl_zoo.losses.diagnostics import (
+    NEGATIVE_COSINE_BINS,
+    DiagnosticsMeter,
+    assumption_counts,
+    lemma_losses,
+    negative_cosines,
+    negative_masses,
+)
+from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
+
+V = 2
+
+
+def batches(dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Four batches: fully labelled, partly unlabelled (-1), one without any label, and another size."""
+    gen = torch.Generator().manual_seed(7)
+    out = []
+    for B, unlabelled in ((16, ()), (20, (0, 3, 4, 11, 19)), (6, tuple(range(6))), (12, (5,))):
+        labels = torch.randint(0, 4, (B,), generator=gen)
+        labels[list(unlabelled)] = -1
+        out.append((torch.randn(B, V, 8, generator=gen, dtype=dtype), labels))
+    return out
+
+
+def expected_state(data, *, beta=None, threshold=None, temperature=0.5) -> torch.Tensor:
+    """The meter's state, laid out as DiagnosticsMeter.state(), from the standalone functions."""
+    kw = dict(beta=beta, threshold=threshold, temperature=temperature)
+    eta = Threshold(threshold, temperature) if threshold is not None else ExponentialTilt(beta)
+    holds = eligible = n_batches = held = kept = labelled = unlabelled = 0
+    losses = dict.fromkeys(DiagnosticsMeter.LOSSES, 0.0)
+    masses = dict.fromkeys(DiagnosticsMeter.MASSES, 0.0)
+    counts = torch.zeros(NEGATIVE_COSINE_BINS, dtype=torch.float64)
+    for f, y in data:
+        n = int((y != -1).sum()) * V
+        labelled, unlabelled = labelled + n, unlabelled + y.numel() * V - n
+        if n == 0:
+            continue
+        h, e = assumption_counts(f, y, **kw)
+        batch_losses = lemma_losses(f, y, **kw)
+        holds, eligible, n_batches = holds + h, eligible + e, n_batches + 1
+        held += batch_losses["hscl"] <= batch_losses["hucl"]
+        for k in losses:
+            losses[k] += batch_losses[k]
+        for k, value in negative_masses(f, y, eta, temperature=temperature).items():
+            masses[k] += float(value.mean())
+        cosines = negative_cosines(f, y).float().clamp(-1.0, 1.0)
+        counts += torch.histc(cosines, bins=NEGATIVE_COSINE_BINS, min=-1.0, max=1.0).double()
+        if threshold is not None:
+            kept += int((cosines >= threshold).sum())
+    scalars = [holds, eligible, n_batches, held, kept, labelled, unlabelled, *losses.values(), *masses.values()]
+    return torch.cat([torch.tensor(scalars, dtype=torch.float64), counts])
+
+
+@pytest.mark.parametrize("dtype, rel", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("hardening", [{"beta": 1.0}, {"threshold": 0.1}])
+def test_meter_sums_equal_the_standalone_functions(dtype, rel, hardening):
+    data = batches(dtype)
+    meter = DiagnosticsMeter(**hardening)
+    for f, y in data:
+        meter.update(f, y)
+    state, expected = meter.state(), expected_state(data, **hardening)
+    assert state.dtype == torch.float64 and state.shape == expected.shape
+    assert expected[2] == 3 and expected[6] == (5 + 6 + 1) * V, "a batch without labels and unlabelled rows are in"
+    assert expected[4] > 0 if "threshold" in hardening else expected[4] == 0
+    scalars = slice(0, 7)
+    sums = slice(7, 7 + len(meter.LOSSES) + len(meter.MASSES))
+    counts = slice(sums.stop, None)
+    assert state[scalars].tolist() == expected[scalars].tolist()  # counts of anchors, batches, pairs: exact
+    torch.testing.assert_close(state[sums], expected[sums], rtol=rel, atol=0)
+    if dtype == torch.float64:
+        assert torch.equal(state[counts], expected[counts])  # the same float32 cosines in the same bins
+    else:  # float32 products of a differently shaped matmul may move a cosine on a bin edge
+        assert (state[counts] - expected[counts]).abs().sum() <= 2 and state[counts].sum() == expected[counts].sum()
+
+    record, reference = meter.compute(), meter.summarise(expected)
+    assert record.keys() == reference.keys()
+    assert ("threshold_kept_fraction" in record) == ("threshold" in hardening)
+    for key, value in record.items():  # a float32 quantile may be one bin (0.01) off, as above
+        bin_off = 0.011 if key.startswith("neg_cos_") and dtype == torch.float32 else 0
+        assert value == pytest.approx(reference[key], rel=rel, abs=bin_off), key
+
+
+def test_meter_update_reads_nothing_back_from_the_device():
+    """On the meta device tensors have shapes and no values: any host read raises, so `update`
+    completing there (twice, threshold and tilt, unlabelled rows included) shows it has none, and
+    the sums stay on the features' device."""
+    probe = torch.ones(3, device="meta")
+    host_reads = [lambda t: t.sum().item(), lambda t: bool(t.any()), lambda t: int(t.sum()), lambda t: t.tolist(),
+                  lambda t: t.cpu(), lambda t: t[t > 0], lambda t: t[torch.tensor(1, device="meta")]]
+    for read in host_reads:
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            read(probe)
+    f = torch.empty(8, V, 4, device="meta")
+    labels = torch.empty(8, dtype=torch.int64, device="meta")
+    with pytest.raises((RuntimeError, NotImplementedError)):  # the standalone functions do read values back
+        assumption_counts(f, labels, beta=1.0)
+    for hardening in ({"beta": 1.0}, {"threshold": 0.1}, {"hardening": ExponentialTilt(2.0)}):
+        meter = DiagnosticsMeter(**hardening)
+        meter.update(f, labels)
+        meter.update(f[:5], labels[:5])
+        state = meter.state()
+        assert state.device.type == "meta" and state.dtype == torch.float64 and state.shape == (meter.state_size,)
+
+
+def test_meter_refuses_bad_inputs_when_it_reports():
+    """The input checks cost a host read, so `update` counts violations on the device and
+    `compute` / `summarise` raise them."""
+    f = torch.randn(6, V, 4)
+    meter = DiagnosticsMeter(beta=1.0)
+    meter.update(f, torch.tensor([0, 1, -3, 0, -1, 2]))
+    with pytest.raises(ValueError, match="label -3 is negative"):
+        meter.compute()
+    with pytest.raises(ValueError, match="label -3 is negative"):
+        meter.summarise(meter.state())
+    meter.reset()
+    bad = f.clone()
+    bad[2, 1, 0] = math.nan
+    meter.update(bad, torch.tensor([0, 1, 2, 0, 1, 2]))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        meter.compute()
+    meter.reset()
+    meter.update(f, torch.tensor([0, 1, 2, 0, -1, 2]))
+    assert meter.compute()["diagnostics_unlabelled_anchors"] == V
+    with pytest.raises(ValueError, match="integer class ids"):  # shapes and dtypes are checked at once
+        meter.update(f, torch.zeros(6))
