@@ -58,6 +58,16 @@ def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:
     return f"{head}{begin}\n{results_block(summary_text)}{end}{tail}"
 
 
+def code_line(records: list[Record]) -> str:
+    """Which commits of the code trained the runs, e.g. 'Code: commit 1a2b3c4d5e6f (2 runs).'"""
+    counts: dict[str, int] = {}
+    for r in records:
+        key = f"commit {r['commit'][:12]}{'+dirty' if r['commit'].endswith('+dirty') else ''}" if r.get("commit") \
+            else "commit not recorded"
+        counts[key] = counts.get(key, 0) + 1
+    return "Code: " + "; ".join(f"{k} ({n} run{'s' if n > 1 else ''})" for k, n in sorted(counts.items())) + "."
+
+
 def update_readme(readme: Path, name: str, summary_text: str) -> None:
     """Rewrite the `<!-- results:NAME -->` block of the README file `readme` (the command-line
     form of :func:`quote_in_readme`: missing markers end the command with the fix)."""
@@ -77,7 +87,8 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
     hardware = sorted({r["hardware"] for r in records})
     counts = ", ".join(f"{display(r['method'])} {r['seeds']}" for r in rows)
     text.write(f"Hardware: {'; '.join(hardware)}. Runs: {len(records)} (seeds per method: {counts}). ")
-    text.write(f"Training time: {sum(r['train_seconds'] for r in records) / 60:.1f} min in all.\n\n")
+    minutes = sum(r["train_seconds"] for r in records) / 60
+    text.write(f"Training time: {minutes:.1f} min in all. {code_line(records)}\n\n")
     text.write(RESULTS_BEGIN + "\n")
     text.write("| method | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | paper top-1 (%) | "
                "minus SCL, paired [95% CI] | minus UCL, paired [95% CI] | epochs to SCL's final kNN | "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from hscl_zoo.reproduction.report import RESULTS_BEGIN, RESULTS_END
+from hscl_zoo.reproduction.report import RESULTS_BEGIN, RESULTS_END, code_line
 from hscl_zoo.reproduction.statistics import PairedDifference, mean_std, paired_difference
 from hscl_zoo.reproduction.studies import Comparison, Study, Variant
 from hscl_zoo.reproduction.summary import Verdict
@@ -56,7 +56,7 @@ def render_study(study: Study, runs: dict[str, list[Record]]) -> str:
     text.write(f"Budget `{study.budget}` (data, backbone, epochs, probe; `hscl_zoo/reproduction/budgets.py`). ")
     records = [r for rs in runs.values() for r in rs]
     hardware = sorted({r["hardware"] for r in records})
-    text.write(f"Hardware: {'; '.join(hardware) or '-'}. Runs: {len(records)}.\n\n")
+    text.write(f"Hardware: {'; '.join(hardware) or '-'}. Runs: {len(records)}. {code_line(records)}\n\n")
     text.write(RESULTS_BEGIN + "\n")
     text.write("| variant | what it trains | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | "
                "train min/run | run files |\n|---|---|---:|---|---|---|---:|---|\n")
