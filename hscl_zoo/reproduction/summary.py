@@ -174,10 +174,14 @@ def _assumption(groups: dict[str, list[Record]]) -> Verdict:
         return Verdict(claim, "not testable at this budget", f"no {display('hscl-beta')} or {display('hscl-tau')} run yet.")
     values = history_values(runs, "assumption_fraction")
     rising = sum(_rises(r, "assumption_fraction") for r in runs)
-    evidence = (f"over {len(runs)} H-SCL runs and all their epochs the fraction ranges {min(values):.1%}-{max(values):.1%} "
+    evidence = (f"over {_count(len(runs), 'H-SCL run')} and all their epochs the fraction ranges {min(values):.1%}-{max(values):.1%} "
                 f"(last epoch: {statistics.fmean(r['history'][-1]['assumption_fraction'] for r in runs):.1%} on average); "
                 f"it rises at every epoch in {rising} of {len(runs)} runs.")
     return Verdict(claim, "reproduced" if min(values) > ASSUMPTION_LEVEL else "not reproduced", evidence)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _lemma(groups: dict[str, list[Record]]) -> Verdict:
@@ -189,7 +193,7 @@ def _lemma(groups: dict[str, list[Record]]) -> Verdict:
     held = sum(h["loss_hscl"] <= h["loss_hucl"] for h in epochs)
     everywhere = [h for rs in groups.values() for r in rs for h in r["history"]]
     held_all = sum(h["loss_hscl"] <= h["loss_hucl"] for h in everywhere)
-    evidence = (f"held at {held} of {len(epochs)} epochs of the {len(runs)} H-SCL runs "
+    evidence = (f"held at {held} of {len(epochs)} epochs of the {_count(len(runs), 'H-SCL run')} "
                 f"({held_all} of {len(everywhere)} epochs over all runs).")
     return Verdict(claim, "reproduced" if held == len(epochs) else "not reproduced", evidence)
 
