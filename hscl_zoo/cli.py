@@ -78,6 +78,10 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
                         "hf:owner/name (default: the model's training dataset)")
     parser.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub)")
     parser.add_argument("--subset", type=int, help="class-balanced number of training images")
+    parser.add_argument("--full_test", action=argparse.BooleanOptionalAction,
+                        help="with --subset, keep the whole test split (default: the run's)")
+    parser.add_argument("--labelled_fraction", type=float,
+                        help="probe on this seeded, class-balanced part of the training labels (default: the run's)")
     parser.add_argument("--probe_epochs", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['probe_epochs']}")
     parser.add_argument("--knn_k", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['knn_k']}")
     parser.add_argument("--seed", type=int, help=f"subset and probe seed (default: the run's, else "
@@ -101,6 +105,7 @@ def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate ``model`` with the options of :func:`add_eval_options`, print the scores and write
     ``--out``; returns the results."""
     result = evaluate_model(model, args.dataset, data_dir=args.data_dir, subset=args.subset,
+                            full_test=args.full_test, labelled_fraction=args.labelled_fraction,
                             probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
                             device=_device(args.device), **source_options(vars(args)))
     print(f"{result['dataset']}: linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%, "

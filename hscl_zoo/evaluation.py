@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from hscl_zoo.data.datasets import load_splits, require_internal_columns
+from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.sources import source_options as pick_source_options
 from hscl_zoo.data.transforms import eval_transform
 
@@ -377,6 +378,8 @@ def evaluate_model(
     probe_epochs: int | None = None,
     knn_k: int | None = None,
     seed: int | None = None,
+    full_test: bool | None = None,
+    labelled_fraction: float | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
     **source_options: Any,
@@ -387,13 +390,15 @@ def evaluate_model(
     ``dataset`` may be own data (``imagefolder:PATH``, ...); ``source_options`` are its options
     (see ``hscl_zoo.data.load_splits``), by default the run's own for its own dataset.
 
-    ``dataset``, ``data_dir``, ``subset``, ``seed``, ``probe_epochs`` and ``knn_k`` default to those
-    of the run that trained the model (the recipe config in its config.json), else to
-    :data:`EVAL_DEFAULTS`, so evaluating a run's hub folder repeats the run's own evaluation; the
-    run's ``data_dir`` and ``subset`` apply to its own dataset only, and a ``data_dir`` that is not
-    on this machine falls back to the Hub (with a note on stderr). Returns the
-    :func:`evaluate_encoder` dict without the head, plus ``model``, ``dataset``, ``data_dir`` and
-    ``subset``; JSON-serialisable.
+    ``dataset``, ``data_dir``, ``subset``, ``full_test``, ``labelled_fraction``, ``seed``,
+    ``probe_epochs`` and ``knn_k`` default to those of the run that trained the model (the recipe
+    config in its config.json), else to :data:`EVAL_DEFAULTS`, so evaluating a run's hub folder
+    repeats the run's own evaluation; the run's data settings apply to its own dataset only, and a
+    ``data_dir`` that is not on this machine falls back to the Hub (with a note on stderr).
+    ``labelled_fraction`` keeps that seeded, class-balanced part of the training labels
+    (``hscl_zoo.data.labelling``): the probe and kNN then use those images only. Returns the
+    :func:`evaluate_encoder` dict without the head, plus ``model``, ``dataset``, ``data_dir``,
+    ``subset``, ``full_test`` and ``labelled_fraction``; JSON-serialisable.
 
     The probe trains its own head on frozen features, so any dataset works (transfer included).
     Raises ``ValueError`` (or ``OSError``) for a model that does not load, a bad dataset, and a
@@ -419,10 +424,15 @@ def evaluate_model(
     settings = {key: given[key] if given[key] is not None else recipe.get(key, default)
                 for key, default in EVAL_DEFAULTS.items()}
     subset = subset if subset is not None else same_data.get("subset")
+    full_test = bool(same_data.get("full_test", False)) if full_test is None else full_test
+    if labelled_fraction is None:
+        labelled_fraction = float(same_data.get("labelled_fraction", 1.0))
     options = {**pick_source_options(same_data), **source_options}
-    data = load_splits(dataset, data_dir, subset=subset, seed=settings["seed"], **options)
+    data = load_splits(dataset, data_dir, subset=subset, seed=settings["seed"], full_test=full_test, **options)
+    data = partly_labelled(data, labelled_fraction, seed=settings["seed"])
     result = evaluate_encoder(model, data, epochs=settings["probe_epochs"], knn_k=settings["knn_k"],
                               seed=settings["seed"], device=target, progress=progress)
     result.pop("head")
-    result.update(model=str(source), dataset=dataset, data_dir=data_dir, subset=subset)
+    result.update(model=str(source), dataset=dataset, data_dir=data_dir, subset=subset, full_test=full_test,
+                  labelled_fraction=labelled_fraction)
     return result

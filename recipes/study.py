@@ -8,8 +8,9 @@ Studies are declared in `hscl_zoo/reproduction/studies.py`. Each variant trained
 `recipes/pretrain.py` run under `<out>/runs/<variant>-s<seed>/` (default out:
 `results/studies/<study>`), finished runs skipped and interrupted ones resumed; a variant that
 is the budget's own run of a method is read from (or, if missing, trained into) the budget's
-results folder, exactly as `recipes/reproduce.py` would. Then `<out>/summary.md` is rendered from
-the run files alone.
+results folder, exactly as `recipes/reproduce.py` would, and probed again when the variant says
+how (its record then names the run it probed). Then `<out>/summary.md` is rendered from the run
+files alone.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from hscl_zoo.evaluation import evaluate_model
 from hscl_zoo.reproduction.budgets import BUDGETS, run_settings
 from hscl_zoo.reproduction.report import update_readme
 from hscl_zoo.reproduction.runs import run_or_reuse
@@ -35,8 +38,10 @@ def run_variant(study: Study, variant: Variant, seed: int, out: Path, budget_out
     pretrain = [sys.executable, str(PRETRAIN)]
     if variant.budget_method is not None:
         runs, method = budget_out / "runs", variant.budget_method
-        run_or_reuse(runs, f"{method}-s{seed}", lambda: run_settings(budget, runs, method, seed, data_dir),
-                     pretrain=pretrain, fields={"method": method, "seed": seed})
+        record = run_or_reuse(runs, f"{method}-s{seed}", lambda: run_settings(budget, runs, method, seed, data_dir),
+                              pretrain=pretrain, fields={"method": method, "seed": seed})
+        if variant.probe:
+            probe_again(study, variant, seed, record, runs / f"{method}-s{seed}" / "hub", out / "runs", data_dir)
         return
 
     def settings() -> dict[str, Any]:
@@ -48,11 +53,32 @@ def run_variant(study: Study, variant: Variant, seed: int, out: Path, budget_out
                          "seed": seed})
 
 
+def probe_again(study: Study, variant: Variant, seed: int, trained: dict[str, Any], hub: Path, runs: Path,
+                data_dir: str | None) -> None:
+    """Write the record of a variant that probes the budget's run `trained` (its encoder in `hub`)
+    with the variant's probe settings: the training side (history, config, hardware, commit) is
+    the budget run's, the scores and protocol the new probe's."""
+    path = runs / f"{variant.name}-s{seed}.json"
+    if path.is_file():
+        return
+    if not hub.is_dir():
+        raise SystemExit(f"error: {hub} (the budget run's exported encoder) is missing; variant {variant.name} "
+                         "probes it again. Re-run that budget run, or restore its folder.")
+    print(f"[{variant.name}-s{seed}] probing {hub} with {variant.probe}", flush=True)
+    started = time.perf_counter()
+    result = evaluate_model(f"local-dir:{hub}", data_dir=data_dir, seed=seed, **variant.probe)
+    record = {**trained, "study": study.name, "variant": variant.name, "top1": result["top1"], "top5": result["top5"],
+              "knn_top1": result["knn_top1"], "probe_protocol": result["protocol"], "probe": variant.probe,
+              "probe_of": f"results/{study.budget}/runs/{variant.budget_method}-s{seed}.json",
+              "probe_seconds": time.perf_counter() - started}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
 def summarise(study: Study, out: Path, budget_out: Path) -> str:
     """Rewrite `<out>/summary.md` from the run files; return it."""
     runs = {}
     for v in study.variants:
-        folder, stem = (out / "runs", v.name) if v.trained_here else (budget_out / "runs", v.budget_method)
+        folder, stem = (budget_out / "runs", v.budget_method) if v.record_in_budget else (out / "runs", v.name)
         paths = sorted(folder.glob(f"{stem}-s*.json"), key=lambda p: int(p.stem.rsplit("-s", 1)[1]))
         runs[v.name] = [json.loads(p.read_text()) for p in paths]
     text = render_study(study, runs)

@@ -239,6 +239,19 @@ def test_linear_eval_reproduces_the_runs_evaluation(finished_run: Path, tmp_path
     assert protocol["report"] == "last epoch" and protocol["augmentation"] is False
 
 
+def test_linear_eval_takes_the_labelled_fraction_and_the_whole_test_split(finished_run: Path):
+    """300 training digits (30 per class): a fifth of the labels probes on 60 of them; full_test
+    evaluates on the whole held-out split instead of the subset's share of it."""
+    model = f"local-dir:{finished_run / 'hub'}"
+    own = _recipe("linear_eval").main(["--model", model])
+    fifth = _recipe("linear_eval").main(["--model", model, "--labelled_fraction", "0.2", "--full_test"])
+    assert (own["labelled_fraction"], own["full_test"]) == (1.0, False)
+    assert (fifth["labelled_fraction"], fifth["full_test"]) == (0.2, True)
+    assert (own["train_images"], own["unlabelled_train_images"]) == (300, 0)
+    assert (fifth["train_images"], fifth["unlabelled_train_images"]) == (60, 240)
+    assert fifth["protocol"]["num_test"] == 360 > own["protocol"]["num_test"]
+
+
 def test_linear_eval_command_line_overrides_the_run(finished_run: Path):
     result = _recipe("linear_eval").main(["--model", str(finished_run / "hub"), "--probe_epochs", "1",
                                           "--subset", "200", "--knn_k", "5"])

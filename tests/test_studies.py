@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from hscl_zoo.reproduction import report
 from hscl_zoo.reproduction.studies import STUDIES, Comparison, Study, Variant, check_study
@@ -31,6 +32,12 @@ def runs(**top1_per_seed):
     (Study("x", "tiny-digits", "q", (Variant("a", "d", {"batch_size": 8}),), ()), "either settings with a method"),
     (Study("x", "tiny-digits", "q", (Variant("a", "d", {"method": "scl"}, budget_method="scl"),), ()),
      "not both or neither"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", {"method": "ucl"}, probe={"labelled_fraction": 0.1}),), ()),
+     "probe settings re-evaluate the budget's run"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", budget_method="ucl", probe={"knn_k": 5}),), ()),
+     r"probe keys \['knn_k'\] are not among labelled_fraction"),
+    (Study("x", "tiny-digits", "q", (Variant("a", "d", budget_method="scl", probe={"labelled_fraction": 0.1}),), ()),
+     "scl reads labels in training"),
 ])
 def test_ill_formed_studies_are_refused(study, message):
     with pytest.raises(ValueError, match=message):
@@ -113,6 +120,29 @@ def test_tiny_study_trains_its_variants_reuses_the_budget_run_and_skips_finished
         ("tiny-queue", "scl-queue", "scl", 64)
     assert json.loads(budget_run.read_text())["config"]["queue_size"] == 0
     assert "| scl-queue | SCL with a 64-row queue | 1 |" in text and "**The queue helps SCL: " in text
-    stamps = [p.stat().st_mtime_ns for p in (budget_run, own_run)]
+    ucl = json.loads((tmp_path / "budget" / "runs" / "ucl-s0.json").read_text())
+    probed_run = tmp_path / "study" / "runs" / "ucl-fifth-s0.json"
+    probed = json.loads(probed_run.read_text())
+    assert probed["history"] == ucl["history"] and probed["config"] == ucl["config"]
+    assert probed["probe_of"] == "results/tiny-digits/runs/ucl-s0.json" and probed["probe"] == {"labelled_fraction": 0.2}
+    assert probed["probe_protocol"]["num_train"] == 40 == ucl["probe_protocol"]["num_train"] // 5
+    stamps = [p.stat().st_mtime_ns for p in (budget_run, own_run, probed_run)]
     assert driver.main(args) == text
-    assert [p.stat().st_mtime_ns for p in (budget_run, own_run)] == stamps, "finished runs must be skipped"
+    assert [p.stat().st_mtime_ns for p in (budget_run, own_run, probed_run)] == stamps, "finished runs must be skipped"
+
+
+@pytest.mark.slow
+def test_ucl_trains_the_same_weights_whatever_part_of_the_labels_it_is_given(tmp_path):
+    """Why a study may probe the budget's UCL run again with fewer labels instead of training it
+    again (PROBE_KEYS): UCL reads no label, so labelled_fraction changes nothing in its training."""
+    from safetensors.torch import load_file
+
+    pretrain = load_script("recipes", "pretrain")
+    tiny = ["--method", "ucl", "--epochs", "2", "--subset", "200", "--batch_size", "32", "--backbone", "resnet10t",
+            "--probe_epochs", "2", "--monitor_train_size", "100"]
+    for name, fraction in (("all", "1"), ("fifth", "0.2")):
+        pretrain.main([*tiny, "--labelled_fraction", fraction, "--output_dir", str(tmp_path / name)])
+    weights = [load_file(next((tmp_path / name / "hub").glob("*.safetensors"))) for name in ("all", "fifth")]
+    assert weights[0].keys() == weights[1].keys()
+    differ = sorted(k for k in weights[0] if not torch.equal(weights[0][k], weights[1][k]))
+    assert differ == ["classifier.bias", "classifier.weight"], differ  # only the linear probe, fitted on other labels

@@ -126,6 +126,11 @@ class MethodSpec:
     exclusive: tuple[tuple[str, ...], ...] = ()
     paper_top1: Mapping[str, tuple[float, float | None]] = field(default_factory=dict)
 
+    @property
+    def reads_labels(self) -> bool:
+        """Whether the method's own rule (default positives, negatives) uses the labels at all."""
+        return self.positives == "labels" or self.negatives == "other-labels"
+
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or self.name != self.name.lower().replace("_", "-"):
             raise ValueError(f"a method name is lower-case with '-' (not '_'), got {self.name!r}.")

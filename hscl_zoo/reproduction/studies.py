@@ -3,7 +3,8 @@
 A study is a budget (data, backbone, epochs, probe) plus variants, each a few pretraining keys
 over the budget's, and the claims it judges, each a comparison of two variants' linear-probe
 top-1 paired by seed. A variant may instead reuse the budget's own run of a method (no second
-training of what the main table already has). `recipes/study.py` trains what is missing and
+training of what the main table already has), as it is or probed again with other evaluation
+settings (e.g. UCL, which never reads a label, probed with 10 % of them). `recipes/study.py` trains what is missing and
 renders `summary.md` from the run files (`hscl_zoo.reproduction.study_report`).
 """
 
@@ -12,22 +13,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hscl_zoo.losses.methods import METHODS
 from hscl_zoo.reproduction.budgets import BUDGETS
+
+# Evaluation settings a study may change when it probes a budget's run again: ones that do not
+# touch the training of a method that reads no label.
+PROBE_KEYS = ("labelled_fraction",)
 
 
 @dataclass(frozen=True)
 class Variant:
     """One arm of a study: `settings` over the budget's (method included), or, with
-    `budget_method`, the budget's own run of that method."""
+    `budget_method`, the budget's own run of that method, whose encoder is probed again with the
+    evaluation settings `probe` (`hscl_zoo.evaluation.evaluate_model` keys) when given."""
 
     name: str
     description: str
     settings: dict[str, Any] = field(default_factory=dict)
     budget_method: str | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def trained_here(self) -> bool:
-        return self.budget_method is None
+    def record_in_budget(self) -> bool:
+        """Whether the variant's records are the budget's own run files (else the study's)."""
+        return self.budget_method is not None and not self.probe
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
                     dict(method="scl", labelled_fraction=0.1)),
             Variant("hscl-beta-mixed", "H-SCL(β) on all 10,000 images, 1,000 labelled",
                     dict(method="hscl-beta", labelled_fraction=0.1)),
-            Variant("ucl", "UCL on all 10,000 images, no labels in training",
-                    dict(method="ucl", labelled_fraction=0.1)),
+            Variant("ucl", "UCL on all 10,000 images (the budget's own run: UCL reads no label), probed with the "
+                    "1,000 labels", budget_method="ucl", probe=dict(labelled_fraction=0.1)),
         ),
         (
             Comparison("SCL on mixed batches beats SCL on the labelled images only", "scl-mixed", "scl-labelled-only"),
@@ -102,6 +111,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
         (
             Variant("scl", "the budget's own SCL run", budget_method="scl"),
             Variant("scl-queue", "SCL with a 64-row queue", dict(method="scl", queue_size=64)),
+            Variant("ucl-fifth", "the budget's own UCL run probed with a fifth of the labels", budget_method="ucl",
+                    probe=dict(labelled_fraction=0.2)),
         ),
         (Comparison("The queue helps SCL", "scl-queue", "scl"),
          Comparison("The queue matches SCL (within 1 point)", "scl-queue", "scl", "matches")),
@@ -120,9 +131,18 @@ def check_study(study: Study) -> None:
         if {c.a, c.b} - set(names):
             raise ValueError(f"study {study.name}: comparison {c.claim!r} names a variant not in {names}")
     for v in study.variants:
-        if v.trained_here == ("method" not in v.settings):
+        if (v.budget_method is None) == ("method" not in v.settings):
             raise ValueError(f"study {study.name}, variant {v.name}: give either settings with a method or "
                              "budget_method, not both or neither")
+        if v.probe and v.budget_method is None:
+            raise ValueError(f"study {study.name}, variant {v.name}: probe settings re-evaluate the budget's run of "
+                             "budget_method; a variant trained by the study is probed by its own settings")
+        if unknown := set(v.probe) - set(PROBE_KEYS):
+            raise ValueError(f"study {study.name}, variant {v.name}: probe keys {sorted(unknown)} are not among "
+                             f"{', '.join(PROBE_KEYS)}")
+        if v.probe and METHODS[v.budget_method].reads_labels:
+            raise ValueError(f"study {study.name}, variant {v.name}: {v.budget_method} reads labels in training, so "
+                             f"its run with {v.probe} would not be the budget's run; train it as a variant instead")
 
 
 for _study in STUDIES.values():

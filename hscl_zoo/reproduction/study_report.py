@@ -85,9 +85,9 @@ def render_study(study: Study, runs: dict[str, list[Record]]) -> str:
 
 
 def _run_files(study: Study, variant: Variant) -> str:
-    if variant.trained_here:
-        return f"`runs/{variant.name}-s*.json`"
-    return f"`results/{study.budget}/runs/{variant.budget_method}-s*.json`"
+    if variant.record_in_budget:
+        return f"`results/{study.budget}/runs/{variant.budget_method}-s*.json`"
+    return f"`runs/{variant.name}-s*.json`"
 
 
 def _mean_sd(values: list[float]) -> str:

@@ -269,7 +269,7 @@ def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[L
         if accelerator.is_main_process:
             print(f"train_on_unlabelled false: pretraining on the {len(data.train)} labelled training images only.",
                   flush=True)
-    uses_labels = "labels" in (cfg.positives, cfg.method_spec.positives) or cfg.method_spec.negatives == "other-labels"
+    uses_labels = cfg.positives == "labels" or cfg.method_spec.reads_labels
     if not data.class_names and (uses_labels or cfg.label_positive_pairing):
         raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"
                          f"{' with label_positive_pairing' if cfg.label_positive_pairing else ''} needs them. Train "
