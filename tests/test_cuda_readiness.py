@@ -155,6 +155,25 @@ def test_sync_batchnorm_conversion_keeps_the_function_in_one_process():
     assert synced.state_dict().keys() == plain.state_dict().keys()
 
 
+def test_memory_estimate_of_a_sync_batchnorm_model_under_a_process_group(tmp_path):
+    """The recipe converts to SyncBatchNorm, then estimates memory, inside the process group every
+    multi-GPU launch creates; SyncBatchNorm itself refuses the meta probe there."""
+    import torch.distributed as dist
+
+    from hscl_zoo.training.gradient_cache import prepare_batchnorm
+
+    plain = small_network(8)
+    synced = prepare_batchnorm(copy.deepcopy(plain), "sync")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="GPU"):  # what the probe met before it probed BatchNorm
+            copy.deepcopy(synced).to("meta").train()(torch.zeros(2, 3, 8, 8, device="meta"))
+        assert saved_activation_bytes(synced, 8) == saved_activation_bytes(plain, 8) > 0
+    finally:
+        dist.destroy_process_group()
+    assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in synced.modules()), "the model itself was changed"
+
+
 def test_exact_float32_matmul_overrides_tf32_and_restores_it(digits):
     from hscl_zoo.data.device_augment import BatchSimCLRAugment
     from hscl_zoo.data.device_ops import exact_float32_matmul

@@ -56,8 +56,10 @@ def saved_activation_bytes(model: nn.Module, image_size: int) -> float:
     Runs two images (BatchNorm needs more than one) through a copy of `model` in training mode
     on the meta device: nothing is computed and the model itself is untouched. Tensors that
     share a storage (an activation saved by two layers) count once; parameters not at all.
+    SyncBatchNorm layers are probed as the BatchNorm they save like (SyncBatchNorm refuses
+    meta tensors once a process group exists, as under every multi-GPU launch).
     """
-    probe = copy.deepcopy(model).to("meta", memory_format=torch.contiguous_format).train()
+    probe = _local_batchnorm(copy.deepcopy(model)).to("meta", memory_format=torch.contiguous_format).train()
     seen: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -69,6 +71,25 @@ def saved_activation_bytes(model: nn.Module, image_size: int) -> float:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         probe(torch.zeros(2, 3, image_size, image_size, device="meta"))
     return sum(nbytes for ptr, nbytes in seen.items() if ptr not in parameters) / 2
+
+
+class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """BatchNorm of any input rank (SyncBatchNorm serves 1d, 2d and 3d inputs alike)."""
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        pass
+
+
+def _local_batchnorm(module: nn.Module) -> nn.Module:
+    """`module` with every SyncBatchNorm replaced, in place, by a local BatchNorm holding its parameters."""
+    if isinstance(module, nn.SyncBatchNorm):
+        local = _LocalBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
+                               module.track_running_stats)
+        local.load_state_dict(module.state_dict())
+        return local
+    for name, child in module.named_children():
+        setattr(module, name, _local_batchnorm(child))
+    return module
 
 
 def estimate_training_memory(
