@@ -73,6 +73,10 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
             Variant("b64", "batch 64, M = 126", dict(method="hscl-beta", batch_size=64)),
             Variant("b64-queue", "batch 64 and a 384-row labelled queue from epoch 1, M = 510",
                     dict(method="hscl-beta", batch_size=64, queue_size=384)),
+            Variant("b64-queue-e4", "batch 64 and a 384-row labelled queue from epoch 4 (three epochs without it), "
+                    "M = 510 from then", dict(method="hscl-beta", batch_size=64, queue_size=384, queue_start_epoch=4)),
+            Variant("b64-queue128", "batch 64 and a 128-row labelled queue (one step old) from epoch 1, M = 254",
+                    dict(method="hscl-beta", batch_size=64, queue_size=128)),
             Variant("b256-cache", "batch 256 by the gradient cache, 128 views (64 images) a pass, M = 510; "
                     "BatchNorm statistics per pass", dict(method="hscl-beta", batch_size=256, chunk_size=128)),
         ),
@@ -81,6 +85,10 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
             Comparison("The gradient cache beats batch 64", "b256-cache", "b64"),
             Comparison("The gradient cache matches batch 256 (within 1 point)", "b256-cache", "b256", "matches"),
             Comparison("The queue at batch 64 matches batch 256 (within 1 point)", "b64-queue", "b256", "matches"),
+            Comparison("Starting the queue at epoch 4 beats starting it at epoch 1", "b64-queue-e4", "b64-queue"),
+            Comparison("The queue from epoch 4 helps H-SCL(β) at batch 64", "b64-queue-e4", "b64"),
+            Comparison("The queue from epoch 4 matches batch 256 (within 1 point)", "b64-queue-e4", "b256", "matches"),
+            Comparison("A 128-row queue from epoch 1 helps H-SCL(β) at batch 64", "b64-queue128", "b64"),
         ),
     ),
     Study(
