@@ -92,7 +92,7 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
     text.write(RESULTS_BEGIN + "\n")
     text.write("| method | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | paper top-1 (%) | "
                "minus SCL, paired [95% CI] | minus UCL, paired [95% CI] | epochs to SCL's final kNN | "
-               "Assumption 1 first -> last (min) | H-SCL(tau) threshold | train min/run | views/s after epoch 1 |\n")
+               "Assumption 1 first -> last (min) | H-SCL(tau) threshold | train min/run (median) | views/s after epoch 1 |\n")
     text.write("|---|---:|---|---|---|---:|---|---|---:|---|---|---:|---:|\n")
     for r in rows:
         reach = r["epochs_to_scl_final_knn"]
@@ -103,7 +103,7 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
             f"{paper_top1.get(r['method'], '-')} | {_diff(r, 'scl')} | {_diff(r, 'ucl')} | "
             f"{reach if reach is not None else 'not reached'} | {_pct(r['assumption_first'])} -> "
             f"{_pct(r['assumption_last'])} ({_pct(r['assumption_min'])}) | {_threshold(r)} | "
-            f"{r['train_minutes_mean']:.1f} | {'-' if vps is None else f'{vps:.0f}'} |\n"
+            f"{r['train_minutes_median']:.1f} | {'-' if vps is None else f'{vps:.0f}'} |\n"
         )
     for r in rows:
         if r["trains_as"] is not None:

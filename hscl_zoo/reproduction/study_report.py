@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import statistics
 from typing import Any
 
 from hscl_zoo.reproduction.report import RESULTS_BEGIN, RESULTS_END, code_line
@@ -59,14 +60,14 @@ def render_study(study: Study, runs: dict[str, list[Record]]) -> str:
     text.write(f"Hardware: {'; '.join(hardware) or '-'}. Runs: {len(records)}. {code_line(records)}\n\n")
     text.write(RESULTS_BEGIN + "\n")
     text.write("| variant | what it trains | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | "
-               "train min/run | run files |\n|---|---|---:|---|---|---|---:|---|\n")
+               "train min/run (median) | run files |\n|---|---|---:|---|---|---|---:|---|\n")
     for v in study.variants:
         rs = runs.get(v.name, [])
         if not rs:
             text.write(f"| {v.name} | {v.description} | 0 | not run yet | - | - | - | {_run_files(study, v)} |\n")
             continue
         cells = [_mean_sd([r[k] for r in rs]) for k in ("top1", "top5", "knn_top1")]
-        minutes = sum(r["train_seconds"] for r in rs) / len(rs) / 60
+        minutes = statistics.median(r["train_seconds"] for r in rs) / 60
         text.write(f"| {v.name} | {v.description} | {len(rs)} | {' | '.join(cells)} | {minutes:.1f} | "
                    f"{_run_files(study, v)} |\n")
     text.write("\n")

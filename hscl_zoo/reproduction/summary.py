@@ -95,7 +95,7 @@ def method_rows(records: list[Record]) -> list[dict[str, Any]]:
         order = list(METHODS)
         simpler = order[:order.index(method)]
         row["trains_as"] = next((m for m in simpler if m in groups and same_training(rs, groups[m])), None)
-        row["train_minutes_mean"] = statistics.fmean(r["train_seconds"] for r in rs) / 60
+        row["train_minutes_median"] = statistics.median(r["train_seconds"] for r in rs) / 60
         later = [h["views_per_second"] for r in rs for h in r["history"][1:]]
         row["views_per_second_after_epoch1"] = statistics.median(later) if later else None
         rows.append(row)
