@@ -9,7 +9,7 @@ import torch
 
 from hscl_zoo.reproduction import report
 from hscl_zoo.reproduction.studies import STUDIES, Comparison, Study, Variant, check_study
-from hscl_zoo.reproduction.study_report import judge
+from hscl_zoo.reproduction.study_report import judge, render_study
 
 from helpers import load_script
 
@@ -77,6 +77,19 @@ def test_a_claim_without_runs_is_not_measured_and_says_which():
     assert verdict.verdict == "not measured yet" and "no finished run of b" in verdict.evidence
     assert judge(claim, {"a": [{"seed": 0, "top1": 1.0}], "b": [{"seed": 1, "top1": 1.0}]}).evidence == \
         "no seed run by both."
+
+
+def test_the_table_shows_how_far_apart_the_negatives_are_and_a_dash_without_diagnostics():
+    """The column that shows a collapse (the negatives' median cosine near 1) is the seeds' mean of
+    the first and the last epoch's neg_cos_q50; runs without diagnostics get '-'."""
+    study = Study("x", "tiny-digits", "q", (Variant("a", "d", {"method": "scl"}), Variant("b", "d", {"method": "ucl"})), ())
+    history = [{"neg_cos_q50": 0.9}, {"neg_cos_q50": 0.5}], [{"neg_cos_q50": 0.7}, {"neg_cos_q50": 0.99}]
+    a = [{"seed": s, "top1": 50.0, "top5": 90.0, "knn_top1": 40.0, "train_seconds": 60.0, "hardware": "cpu",
+          "history": h} for s, h in enumerate(history)]
+    b = [dict(a[0], history=[{"train_loss": 1.0}])]
+    text = render_study(study, {"a": a, "b": b})
+    assert "| 0.800 -> 0.745 | 1.0 |" in text
+    assert "| 40.00 ± 0.00 | - | 1.0 |" in text
 
 
 COMMITTED = sorted(p.name for p in (ROOT / "results" / "studies").glob("*") if (p / "summary.md").is_file())

@@ -60,15 +60,16 @@ def render_study(study: Study, runs: dict[str, list[Record]]) -> str:
     text.write(f"Hardware: {'; '.join(hardware) or '-'}. Runs: {len(records)}. {code_line(records)}\n\n")
     text.write(RESULTS_BEGIN + "\n")
     text.write("| variant | what it trains | seeds | linear top-1 (%) | top-5 (%) | kNN top-1 (%) | "
-               "train min/run (median) | run files |\n|---|---|---:|---|---|---|---:|---|\n")
+               "negatives' median cos, first -> last epoch | train min/run (median) | run files |\n"
+               "|---|---|---:|---|---|---|---|---:|---|\n")
     for v in study.variants:
         rs = runs.get(v.name, [])
         if not rs:
-            text.write(f"| {v.name} | {v.description} | 0 | not run yet | - | - | - | {_run_files(study, v)} |\n")
+            text.write(f"| {v.name} | {v.description} | 0 | not run yet | - | - | - | - | {_run_files(study, v)} |\n")
             continue
         cells = [_mean_sd([r[k] for r in rs]) for k in ("top1", "top5", "knn_top1")]
         minutes = statistics.median(r["train_seconds"] for r in rs) / 60
-        text.write(f"| {v.name} | {v.description} | {len(rs)} | {' | '.join(cells)} | {minutes:.1f} | "
+        text.write(f"| {v.name} | {v.description} | {len(rs)} | {' | '.join(cells)} | {_spread(rs)} | {minutes:.1f} | "
                    f"{_run_files(study, v)} |\n")
     text.write("\n")
     for c in study.comparisons:
@@ -80,8 +81,11 @@ def render_study(study: Study, runs: dict[str, list[Record]]) -> str:
         "the batch order and the augmentations, so differences are paired by seed: mean of the per-seed "
         "differences, with a two-sided 95 % Student-t interval from two seeds on. A claim \"holds\" when the "
         "interval lies on its side (with one seed: when the single difference does, which decides nothing "
-        "against seed noise of a point or two), \"undecided\" when the interval straddles the line. Every number "
-        "here is recomputed from the run files by `recipes/study.py`.\n")
+        "against seed noise of a point or two), \"undecided\" when the interval straddles the line. \"Negatives' "
+        "median cos\" is the median cosine between a training anchor and its negatives in the batch, from the "
+        "per-epoch diagnostics (mean over seeds): it falls as training spreads the classes apart, and a value near 1 "
+        "means the embeddings crowd onto one direction. Every number here is recomputed from the run files by "
+        "`recipes/study.py`.\n")
     return text.getvalue()
 
 
@@ -89,6 +93,16 @@ def _run_files(study: Study, variant: Variant) -> str:
     if variant.record_in_budget:
         return f"`results/{study.budget}/runs/{variant.budget_method}-s*.json`"
     return f"`runs/{variant.name}-s*.json`"
+
+
+def _spread(records: list[Record]) -> str:
+    """The median cosine between anchors and their negatives at the first and the last epoch, mean
+    over seeds: near 1 the embeddings have collapsed onto one direction ('-' without diagnostics)."""
+    if any("neg_cos_q50" not in r["history"][0] or "neg_cos_q50" not in r["history"][-1] for r in records):
+        return "-"
+    first = statistics.fmean(r["history"][0]["neg_cos_q50"] for r in records)
+    last = statistics.fmean(r["history"][-1]["neg_cos_q50"] for r in records)
+    return f"{first:.3f} -> {last:.3f}"
 
 
 def _mean_sd(values: list[float]) -> str:
