@@ -20,7 +20,7 @@ from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.config import PretrainConfig
 
-__all__ = ["diagnostics_meter", "monitor_split", "monitor_test_split", "KnnMonitor", "reduce_diagnostics",
+__all__ = ["collapse_warning", "diagnostics_meter", "monitor_split", "monitor_test_split", "KnnMonitor", "reduce_diagnostics",
            "rewrite_metrics_upto"]
 
 
@@ -105,3 +105,23 @@ def rewrite_metrics_upto(path: Path, epoch: int) -> None:
 def reduce_diagnostics(accelerator: Accelerator, meter: DiagnosticsMeter) -> dict[str, float]:
     """Pool the per-process diagnostics with one all-reduce of the meter's summed state."""
     return meter.summarise(accelerator.reduce(meter.state().to(accelerator.device), reduction="sum"))
+
+
+# 95 % of the negative pairs closer than this (neg_cos_q05) means a collapse: in the committed runs
+# a healthy epoch never exceeds 0.78, the collapsed epoch-1 queue run sits at 0.97-0.99.
+COLLAPSED_COSINE = 0.9
+
+
+def collapse_warning(record: dict, cfg: PretrainConfig) -> str | None:
+    """A warning when the epoch's diagnostics show the embeddings gathered onto one direction
+    (the 5th percentile of the negatives' cosines at least `COLLAPSED_COSINE`), with what to change;
+    None otherwise, or without diagnostics."""
+    q05 = record.get("neg_cos_q05")
+    if q05 is None or q05 < COLLAPSED_COSINE:
+        return None
+    why = (f"queue_size={cfg.queue_size}: a queue filled by the encoder it trains pushes the embeddings away "
+           "from where they were and can gather them (docs/losses.md, 'The memory queue'); train without it, "
+           "or reach more negatives with chunk_size (the gradient cache, exact)."
+           if cfg.queue_size else "lower lr, or raise temperature.")
+    return (f"warning: epoch {record['epoch']}: the embeddings are collapsing onto one direction: 95 % of the "
+            f"negative pairs have cosine >= {q05:.3f} (neg_cos_q05 in metrics.jsonl). Likely cause: {why}")

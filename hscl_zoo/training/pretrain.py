@@ -54,6 +54,7 @@ from hscl_zoo.training.config import PretrainConfig, parse_overrides
 from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.monitoring import (
     KnnMonitor,
+    collapse_warning,
     diagnostics_meter,
     reduce_diagnostics,
     rewrite_metrics_upto,
@@ -236,6 +237,8 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+            if (warning := collapse_warning(record, cfg)) is not None:
+                print(warning, flush=True)
         if cfg.log_with:
             accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
         if due(epoch, cfg.checkpoint_every, cfg.epochs):
