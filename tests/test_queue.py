@@ -230,3 +230,65 @@ def test_unlabelled_rows_and_anchors_follow_the_batch_rule(method, unlabelled_ne
                          queue_positives=True, unlabelled_negatives=unlabelled_negatives)
     assert loss(f, labels).item() == pytest.approx(ref.item(), abs=1e-9)
     assert loss.last_path == "general"
+
+
+def test_a_recentring_queue_reads_each_row_shifted_by_the_batch_means_move_since_its_push():
+    gen = torch.Generator().manual_seed(3)
+    first, second = (F.normalize(torch.randn(4, 5, generator=gen), dim=-1) for _ in range(2))
+    queue = MemoryQueue(6, recentre=True)
+    queue.push(first, None)
+    queue.push(second, None)
+    centre = F.normalize(torch.randn(5, generator=gen), dim=0) * 0.3
+    rows, _ = queue.rows(centre=centre)
+    stored = torch.cat([first[2:], second])
+    then = torch.stack([first.mean(0)] * 2 + [second.mean(0)] * 4)
+    torch.testing.assert_close(rows, F.normalize(stored + centre - then, dim=-1))
+    torch.testing.assert_close(queue.rows()[0], stored)
+    torch.testing.assert_close(queue.rows(centre=second.mean(0))[0][2:], second)
+    plain = MemoryQueue(6)
+    plain.push(second, None)
+    torch.testing.assert_close(plain.rows(centre=centre)[0], second)
+
+
+def test_recentred_rows_are_the_extra_candidates_of_the_loop_reference():
+    """Value and gradient against the float64 loop with the shifted rows appended; the shift is a
+    constant of the step (the batch mean is read without gradient)."""
+    loss = build_loss("hscl-beta", queue_size=16, queue_recentre=True).eval()
+    gen = torch.Generator().manual_seed(11)
+    earlier = F.normalize(torch.randn(7, 4, generator=gen, dtype=torch.float64), dim=-1)
+    earlier_labels = torch.tensor([0, 1, 2, 5, 3, 0, 1])
+    loss.queue.push(earlier, earlier_labels)
+    f = features(seed=5).requires_grad_()
+    ours = loss(f, LABELS)
+    centre = F.normalize(f.detach(), dim=-1).flatten(0, 1).mean(0)
+    shifted = F.normalize(earlier + centre - earlier.mean(0), dim=-1)
+    f_ref = f.detach().clone().requires_grad_()
+    ref = reference_loss(f_ref, LABELS, method="hscl-beta", positives="labels", eta=lambda t: torch.exp(t),
+                         queue=(shifted, earlier_labels))
+    assert abs(ours.item() - ref.item()) < 1e-9
+    unshifted = reference_loss(f_ref, LABELS, method="hscl-beta", positives="labels", eta=lambda t: torch.exp(t),
+                               queue=(earlier, earlier_labels))
+    assert abs(ours.item() - unshifted.item()) > 1e-4, "the shift must change the loss for this check to mean anything"
+    ours.backward()
+    ref.backward()
+    torch.testing.assert_close(f.grad, f_ref.grad, atol=1e-10, rtol=1e-8)
+
+
+def test_a_recentring_queue_round_trips_and_refuses_a_mismatched_resume():
+    a, b = MemoryQueue(6, recentre=True), MemoryQueue(6, recentre=True)
+    pushed(a, 0, 4)
+    pushed(a, 4, 3)
+    b.load_state_dict(a.state_dict())
+    centre = torch.tensor([1.0, -2.0, 0.5])
+    torch.testing.assert_close(a.rows(centre=centre)[0], b.rows(centre=centre)[0])
+    with pytest.raises(ValueError, match="saved queue is recentring and this one is not recentring"):
+        MemoryQueue(6).load_state_dict(a.state_dict())
+    plain = MemoryQueue(6)
+    pushed(plain, 0, 2)
+    with pytest.raises(ValueError, match="saved queue is not recentring and this one is recentring"):
+        MemoryQueue(6, recentre=True).load_state_dict(plain.state_dict())
+
+
+def test_queue_recentre_needs_a_queue():
+    with pytest.raises(ValueError, match="queue_recentre=True needs a queue"):
+        build_loss("scl", queue_recentre=True)
