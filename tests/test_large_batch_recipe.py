@@ -55,7 +55,6 @@ def test_chunk_larger_than_one_process_share_is_refused():
     (["--queue_size", "64", "--queue_start_epoch", "0"], "queue_start_epoch=0 must be >= 1"),
     (["--queue_size", "64", "--queue_start_epoch", "3"], "comes after the last epoch"),
     (["--queue_positives", "true"], "needs a queue"),
-    (["--queue_recentre", "true"], "queue_recentre=true needs a queue"),
     (["--queue_size", "64", "--queue_positives", "true", "--positives", "views"], "positives='views'"),
     (["--queue_size", "64", "--queue_positives", "true", "--method", "ucl"], "positives='views'"),
 ])

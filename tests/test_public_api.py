@@ -41,7 +41,6 @@ CONFIG_KEYS = [
     "backbone", "stem", "image_size",
     "method", "temperature", "beta", "threshold_start", "threshold_end", "tau_plus", "positives", "M",
     "unlabelled_negatives", "queue_size", "queue_positives", "queue_start_epoch",
-    "queue_recentre",
     "epochs", "batch_size", "chunk_size", "optimizer", "lr", "weight_decay", "mixed_precision", "seed", "num_workers",
     "channels_last", "fused_optimizer", "gpu_augment", "cache_images", "compile",
     "sync_batchnorm", "memory_check", "monitor_every", "checkpoint_every",

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M", "unlabelled", "unlabelled_negatives", "queue_size",
-                                   "queue_positives", "queue_start_epoch", "queue_recentre")
+                                   "queue_positives", "queue_start_epoch")
 """`build_loss` keywords every method takes (see `ContrastiveLoss`)."""
 
 _LOSS_KEYWORDS = ("tau_plus",)
@@ -188,8 +188,7 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
     one version of its file, detaches them for beta < 1) for methods whose weights have a gradient.
     queue_size K (None/0: no queue) adds a `MemoryQueue` of the last K embeddings of earlier
     batches as extra candidates, from epoch queue_start_epoch (1); queue_positives (False) also
-    makes its same-label rows positives (label positives only); queue_recentre (False) reads the
-    rows shifted by the batch mean's move since they were pushed. An
+    makes its same-label rows positives (label positives only). An
     option that has no effect on the method is refused. For another hardening function,
     `register_method` a `MethodSpec` or construct `ContrastiveLoss`. See docs/losses.md.
     """
@@ -214,8 +213,6 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
         if value is not None:
             h.check(value, spec.name)
         values[h.name] = value
-    if kwargs.get("queue_recentre") and not kwargs.get("queue_size"):
-        raise ValueError(f"{spec.name}: queue_recentre=True needs a queue: set queue_size (rows), or drop queue_recentre.")
     hardening = spec.hardening(values, temperature) if spec.hardening is not None else None
     if "detach_weights" in kwargs and isinstance(hardening, Threshold):
         raise ValueError(
@@ -232,8 +229,7 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
         name=spec.name,
         unlabelled=kwargs.get("unlabelled", UNLABELLED),
         unlabelled_negatives=kwargs.get("unlabelled_negatives", True),
-        queue=MemoryQueue(kwargs["queue_size"], start_epoch=kwargs.get("queue_start_epoch", 1),
-                          recentre=kwargs.get("queue_recentre", False))
+        queue=MemoryQueue(kwargs["queue_size"], start_epoch=kwargs.get("queue_start_epoch", 1))
         if kwargs.get("queue_size") else None,
         queue_positives=kwargs.get("queue_positives", False),
         **{k: values[k] for k in _LOSS_KEYWORDS if values.get(k) is not None},

@@ -70,8 +70,6 @@ class ContrastiveLoss(nn.Module):
             for every anchor, by the rule of `negatives` and with the same weights; in training
             mode each call then pushes the gathered batch into it (hscl_zoo.losses.queue).
         queue_positives: also make same-label queue rows positives (needs positives="labels").
-            A queue built with ``recentre=True`` is read shifted by the move of the global batch's
-            mean embedding since each row was pushed (hscl_zoo.losses.queue).
 
     Edge cases: an anchor with no negative (a one-class batch for SCL) or no positive contributes
     nothing; if no pair contributes, the loss is an exact, differentiable 0.
@@ -202,9 +200,7 @@ class ContrastiveLoss(nn.Module):
                 return self._without_labels(z, z_all, offset)
             mixed = unlabelled > 0
         candidates = z_all.shape[0] * z.shape[1]
-        queued = None
-        if self.queue is not None and self.queue.active and len(self.queue):
-            queued = self.queue.rows(centre=z_all.detach().flatten(0, 1).mean(dim=0) if self.queue.recentre else None)
+        queued = self.queue.rows() if self.queue is not None and self.queue.active and len(self.queue) else None
         candidates += 0 if queued is None else queued[0].shape[0]
         M = self.M if self.M is not None else max(candidates - 2, 1)
         fused = queued is None and self.allow_fused and not mixed and fused_applicable(

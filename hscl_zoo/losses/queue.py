@@ -9,12 +9,6 @@ UCL/H-UCL, other-label rows for SCL/H-SCL), weighted by the same hardening funct
 are stale by the optimiser steps since they were pushed, which is why ``start_epoch`` can keep the
 queue off (neither read nor filled) during the first epochs, when the encoder changes fastest.
 
-A queue row repels the anchors and is not repelled back, which rewards the whole batch for moving
-away from where the rows were; the embeddings then gather (docs/losses.md, "The memory queue").
-With ``recentre=True`` each row remembers the mean of the batch it came with, and is read shifted
-by the move of the batch mean since, ``normalize(row + centre_now - centre_then)`` with the current
-global batch's mean as ``centre_now``: a common drift of the embeddings moves the rows with them.
-
 The queue is training state: `state_dict` / `load_state_dict` hold it exactly (the ring buffer,
 its write position and fill), and `hscl_zoo.training.checkpointing` saves it in every checkpoint
 so that a resumed run reaches the weights of an uninterrupted one. Under torch.distributed the
@@ -24,7 +18,6 @@ loss pushes the gathered global batch, so every process holds the same queue.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -35,14 +28,12 @@ class MemoryQueue:
         size: how many rows it keeps (K >= 1); pushing more drops the oldest.
         start_epoch: the first (1-based) epoch in which the queue is read and filled; before it,
             `active` is False after `set_epoch` and the loss ignores the queue.
-        recentre: keep each push's mean and read the rows shifted by the batch mean's move since
-            (`rows` with ``centre``).
 
     The buffer is allocated on the first `push`, with that call's width, dtype and device; labels
     are kept if the first push has them (a labelled method) and must then come with every push.
     """
 
-    def __init__(self, size: int, *, start_epoch: int = 1, recentre: bool = False) -> None:
+    def __init__(self, size: int, *, start_epoch: int = 1) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"queue_size must be a positive integer number of rows, got {size!r}; "
                              "leave it unset (0 in the recipe) for no queue.")
@@ -50,11 +41,9 @@ class MemoryQueue:
             raise ValueError(f"queue_start_epoch must be an integer >= 1 (the first epoch), got {start_epoch!r}.")
         self.size = size
         self.start_epoch = start_epoch
-        self.recentre = bool(recentre)
         self.active = True
         self.embeddings: Tensor | None = None
         self.labels: Tensor | None = None
-        self.centres: Tensor | None = None
         self.next = 0
         self.count = 0
 
@@ -62,8 +51,7 @@ class MemoryQueue:
         return self.count
 
     def __repr__(self) -> str:
-        return (f"MemoryQueue(size={self.size}, start_epoch={self.start_epoch}, recentre={self.recentre}, "
-                f"rows={self.count}, active={self.active})")
+        return f"MemoryQueue(size={self.size}, start_epoch={self.start_epoch}, rows={self.count}, active={self.active})"
 
     def set_epoch(self, epoch: int) -> None:
         """Switch the queue on from `start_epoch` (1-based epochs)."""
@@ -77,7 +65,6 @@ class MemoryQueue:
         if self.embeddings is None:
             self.embeddings = embeddings.new_zeros((self.size, embeddings.shape[1]))
             self.labels = None if labels is None else labels.new_zeros(self.size, dtype=torch.int64)
-            self.centres = self.embeddings.new_zeros((self.size, embeddings.shape[1])) if self.recentre else None
         if embeddings.shape[1] != self.embeddings.shape[1]:
             raise ValueError(f"queue rows have {self.embeddings.shape[1]} dimensions, these have {embeddings.shape[1]}: "
                              "one queue serves one projection width.")
@@ -89,23 +76,16 @@ class MemoryQueue:
         self.embeddings[index] = rows.to(self.embeddings)
         if labels is not None:
             self.labels[index] = labels.detach()[-self.size :].to(self.labels)
-        if self.centres is not None:
-            self.centres[index] = embeddings.detach().mean(dim=0).to(self.centres)
         self.next = (self.next + rows.shape[0]) % self.size
         self.count = min(self.count + rows.shape[0], self.size)
 
-    def rows(self, centre: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def rows(self) -> tuple[Tensor, Tensor | None]:
         """The stored rows oldest first: embeddings (count, d) and labels (count,) or None.
-        Empty (0, 0) before the first push. A recentring queue given ``centre`` (d,), the current
-        global batch's mean embedding, returns each row shifted by the batch mean's move since its
-        push and normalised again."""
+        Empty (0, 0) before the first push."""
         if self.embeddings is None:
             return torch.zeros(0, 0), None
         order = (torch.arange(self.count, device=self.embeddings.device) + self.next - self.count) % self.size
-        rows = self.embeddings[order]
-        if self.centres is not None and centre is not None:
-            rows = F.normalize(rows + (centre.detach().to(rows) - self.centres[order]), dim=-1)
-        return rows, None if self.labels is None else self.labels[order]
+        return self.embeddings[order], None if self.labels is None else self.labels[order]
 
     def state_dict(self) -> dict[str, Tensor]:
         """The exact state as tensors (safetensors-ready); an unfilled queue has empty tensors."""
@@ -114,7 +94,6 @@ class MemoryQueue:
             "embeddings": empty if self.embeddings is None else self.embeddings.detach().cpu().contiguous(),
             "labels": empty.long() if self.labels is None else self.labels.cpu().contiguous(),
             "labelled": torch.tensor(self.labels is not None),
-            "centres": empty if self.centres is None else self.centres.detach().cpu().contiguous(),
             "position": torch.tensor([self.next, self.count, self.size], dtype=torch.int64),
         }
 
@@ -124,17 +103,12 @@ class MemoryQueue:
         if size != self.size:
             raise ValueError(f"the saved queue holds {size} rows and this one {self.size}: resume with the same "
                              "queue_size, or start a new run.")
-        centres = state.get("centres", torch.zeros(0))
-        if count and self.recentre != (centres.numel() > 0):
-            saved, this = ("recentring" if on else "not recentring" for on in (centres.numel() > 0, self.recentre))
-            raise ValueError(f"the saved queue is {saved} and this one is {this}: resume with the same queue_recentre.")
         self.next, self.count = next_row, count
         if state["embeddings"].numel() == 0 and count == 0:
-            self.embeddings = self.labels = self.centres = None
+            self.embeddings = self.labels = None
             return
         self.embeddings = state["embeddings"].to(device).clone()
         self.labels = state["labels"].to(device).clone() if bool(state["labelled"]) else None
-        self.centres = centres.to(device).clone() if self.recentre else None
 
 
 def queue_masks(

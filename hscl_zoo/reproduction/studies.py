@@ -77,9 +77,6 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
                     "M = 510 from then", dict(method="hscl-beta", batch_size=64, queue_size=384, queue_start_epoch=4)),
             Variant("b64-queue128", "batch 64 and a 128-row labelled queue (one step old) from epoch 1, M = 254",
                     dict(method="hscl-beta", batch_size=64, queue_size=128)),
-            Variant("b64-queue-recentred", "batch 64 and a 384-row labelled queue from epoch 1, each row read shifted "
-                    "by the batch mean's move since its push, M = 510",
-                    dict(method="hscl-beta", batch_size=64, queue_size=384, queue_recentre=True)),
             Variant("b256-cache", "batch 256 by the gradient cache, 128 views (64 images) a pass, M = 510; "
                     "BatchNorm statistics per pass", dict(method="hscl-beta", batch_size=256, chunk_size=128)),
         ),
@@ -92,10 +89,6 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
             Comparison("The queue from epoch 4 helps H-SCL(β) at batch 64", "b64-queue-e4", "b64"),
             Comparison("The queue from epoch 4 matches batch 256 (within 1 point)", "b64-queue-e4", "b256", "matches"),
             Comparison("A 128-row queue from epoch 1 helps H-SCL(β) at batch 64", "b64-queue128", "b64"),
-            Comparison("Recentring the queue beats the plain queue", "b64-queue-recentred", "b64-queue"),
-            Comparison("The recentred queue helps H-SCL(β) at batch 64", "b64-queue-recentred", "b64"),
-            Comparison("The recentred queue at batch 64 matches batch 256 (within 1 point)", "b64-queue-recentred",
-                       "b256", "matches"),
         ),
     ),
     Study(

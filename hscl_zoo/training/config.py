@@ -66,7 +66,6 @@ class PretrainConfig:
     queue_size: int = 0  # rows of earlier batches kept as extra candidates (hscl_zoo.losses.queue); 0: none
     queue_positives: bool = False  # same-label queue rows are positives too (label positives only)
     queue_start_epoch: int = 1  # first epoch that reads and fills the queue (early embeddings go stale fast)
-    queue_recentre: bool = False  # read queue rows shifted by the batch mean's move since their push
     # optimisation
     epochs: int = 8
     batch_size: int = 256  # global, across processes: the contrastive batch every anchor meets
@@ -167,8 +166,6 @@ class PretrainConfig:
                              "the queue would never be used. Lower it or set queue_size 0.")
         if self.queue_positives and not self.queue_size:
             raise ValueError("queue_positives=true needs a queue: set queue_size > 0.")
-        if self.queue_recentre and not self.queue_size:
-            raise ValueError("queue_recentre=true needs a queue: set queue_size > 0.")
         if self.queue_positives and (self.positives or self.method_spec.positives) != "labels":
             raise ValueError(f"queue_positives=true with positives='views' ({self.method}): a queue row is never "
                              "another view of the anchor's image, so only label positives can come from it. "
@@ -232,7 +229,7 @@ class PretrainConfig:
                                   "unlabelled_negatives": self.unlabelled_negatives}
         if self.queue_size:
             kwargs.update(queue_size=self.queue_size, queue_positives=self.queue_positives,
-                          queue_start_epoch=self.queue_start_epoch, queue_recentre=self.queue_recentre)
+                          queue_start_epoch=self.queue_start_epoch)
         if self.positives is not None:
             kwargs["positives"] = self.positives
         for h in self.method_spec.hyperparameters:
@@ -276,7 +273,7 @@ class PretrainConfig:
         out["M"] = self.M if self.M is not None else f"global embeddings{queue} - 2"
         if self.queue_size:
             out.update(queue_size=self.queue_size, queue_positives=self.queue_positives,
-                       queue_start_epoch=self.queue_start_epoch, queue_recentre=self.queue_recentre)
+                       queue_start_epoch=self.queue_start_epoch)
         return out
 
 
