@@ -1,7 +1,8 @@
 """The README's GPU measuring commands run end to end on the CPU at toy sizes, so that a GPU
 session spends its minutes measuring rather than fixing an argument or a code path: the throughput
 benchmark's default mode (plain and fast configurations, every stage, the JSON file), its
-loss-memory mode, and the loss benchmark with several calls per synchronisation."""
+loss-memory mode, and the loss benchmark with several calls per synchronisation; and the queue-collapse
+watch on the embedded digits."""
 
 import json
 
@@ -37,3 +38,14 @@ def test_loss_bench_with_several_calls_per_synchronisation(tmp_path, monkeypatch
                        "--iters-per-sync", "3", "--reference-max-batch", "0", "--json", str(out)]) == 0
     run = json.loads(out.read_text())
     assert run["cells"] and all(t > 0 for cell in run["cells"] for t in cell["median_s"].values())
+
+
+def test_queue_collapse_watch_on_digits(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    watch = load_script("benchmarks", "queue_collapse")
+    out = watch.main(["--dataset", "digits", "--steps", "2", "--every", "1", "--json", str(tmp_path / "q.json")])
+    assert list(out["steps"]) == list(watch.VARIANTS) and all(len(rows) == 2 for rows in out["steps"].values())
+    first = {name: rows[0]["batch_median_cos"] for name, rows in out["steps"].items()}
+    assert first["batch 64"] == first["batch 64 + 384-row queue"], "same initialisation and first batch"
+    assert "queue_median_cos" in out["steps"]["batch 64 + 384-row queue"][1]
+    assert json.loads((tmp_path / "q.json").read_text())["table"] == out["table"]

@@ -40,6 +40,8 @@ def test_result_files_the_readme_links_exist_and_hold_json():
 
 def test_readme_numbers_are_those_of_the_files_it_names():
     flat = " ".join(README.split())
+    collapse = json.loads((ROOT / "benchmarks" / "results" / "queue_collapse.json").read_text())
+    assert collapse["table"] in README
     run = json.loads((ROOT / "results" / "default-digits.json").read_text())
     assert f"{run['wall_seconds']:.0f} s wall" in flat
     assert (f"{run['linear_top1']:.1f} % linear-probe top-1 ({run['linear_top5']:.1f} % top-5; "

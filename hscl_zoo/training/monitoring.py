@@ -119,9 +119,9 @@ def collapse_warning(record: dict, cfg: PretrainConfig) -> str | None:
     q05 = record.get("neg_cos_q05")
     if q05 is None or q05 < COLLAPSED_COSINE:
         return None
-    why = (f"queue_size={cfg.queue_size}: a queue filled by the encoder it trains pushes the embeddings away "
-           "from where they were and can gather them (docs/losses.md, 'The memory queue'); train without it, "
-           "or reach more negatives with chunk_size (the gradient cache, exact)."
+    why = (f"queue_size={cfg.queue_size}: queue rows take a share of every anchor's negatives but are never "
+           "pushed themselves, and a large share lets the embeddings collapse (docs/losses.md, 'The memory "
+           "queue'); train without it, or reach more negatives with chunk_size (the gradient cache, exact)."
            if cfg.queue_size else "lower lr, or raise temperature.")
     return (f"warning: epoch {record['epoch']}: the embeddings are collapsing onto one direction: 95 % of the "
             f"negative pairs have cosine >= {q05:.3f} (neg_cos_q05 in metrics.jsonl). Likely cause: {why}")
