@@ -12,6 +12,8 @@ its tolerance; the exit status is 1 if any check fails.
 * ``step``: a ResNet-18 (small stem) projection network's loss and gradient norm after one
   forward/backward in training mode. cuDNN convolutions may use TF32 on Ampere and later
   (torch's default), hence the looser tolerance.
+* ``kNN``: the kNN evaluation's top-1 on separable random features with the search on the device
+  (the recipe's monitor and final evaluation run it there).
 
     python benchmarks/cuda_parity.py --device cuda --json benchmarks/results/cuda_parity_<gpu>.json
     python benchmarks/cuda_parity.py --device cpu      # runs everywhere; compares the CPU with itself
@@ -30,6 +32,7 @@ import torch
 
 import hscl_zoo
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.evaluation import knn_top1
 from hscl_zoo.losses.methods import LOSS_NAMES
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -102,6 +105,19 @@ def step_check(device: torch.device) -> dict[str, Any]:
             "tolerance": 1e-2}
 
 
+def knn_check(device: torch.device) -> dict[str, Any]:
+    """The kNN evaluation (the monitor and the final one) searching on the device: accuracy in
+    points against the CPU's; a near-tie may flip a prediction or two out of 2,000."""
+    gen = torch.Generator().manual_seed(2)
+    centres = torch.randn(10, 64, generator=gen)
+    train_y, test_y = torch.randint(0, 10, (5000,), generator=gen), torch.randint(0, 10, (2000,), generator=gen)
+    train_f = centres[train_y] + 2.0 * torch.randn(5000, 64, generator=gen)
+    test_f = centres[test_y] + 2.0 * torch.randn(2000, 64, generator=gen)
+    on_cpu = knn_top1(train_f, train_y, test_f, test_y, k=50)
+    on_device = knn_top1(train_f, train_y, test_f, test_y, k=50, device=device)
+    return {"check": "kNN top-1 (points)", "gap": abs(on_device - on_cpu), "tolerance": 0.2}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -111,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for but torch.cuda.is_available() is False.")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
-    checks: list[Callable[[torch.device], Any]] = [loss_checks, augment_check, step_check]
+    checks: list[Callable[[torch.device], Any]] = [loss_checks, augment_check, step_check, knn_check]
     rows: list[dict[str, Any]] = []
     for check in checks:
         result = check(device)

@@ -118,6 +118,7 @@ def knn_top1(
     k: int = 200,
     temperature: float = 0.1,
     chunk_size: int = 1024,
+    device: str | torch.device | None = None,
 ) -> float:
     """Top-1 accuracy (%) of a similarity-weighted kNN classifier on cosine similarity.
 
@@ -125,7 +126,8 @@ def knn_top1(
     test point takes its ``k`` most similar train points (k is capped at the train size), and
     class c scores ``sum exp(s_j / temperature)`` over the neighbours of class c; the highest
     score is the prediction. Test points are processed ``chunk_size`` at a time, so memory is
-    O(chunk_size * N_train).
+    O(chunk_size * N_train). The search runs on ``device`` (default: where the training features
+    are), e.g. the GPU for a 50,000-image bank.
     """
     _check_pairs(train_feats, train_labels, "train")
     _check_pairs(test_feats, test_labels, "test")
@@ -136,17 +138,18 @@ def knn_top1(
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     k = min(k, len(train_feats))
-    bank = F.normalize(train_feats.float(), dim=1)
-    bank_labels = train_labels.long()
-    correct = 0
+    device = train_feats.device if device is None else torch.device(device)
+    bank = F.normalize(train_feats.to(device).float(), dim=1)
+    bank_labels = train_labels.to(device).long()
+    correct = torch.zeros((), dtype=torch.int64, device=device)
     for start in range(0, len(test_feats), chunk_size):
-        queries = F.normalize(test_feats[start : start + chunk_size].float(), dim=1)
+        queries = F.normalize(test_feats[start : start + chunk_size].to(device).float(), dim=1)
         sims, idx = (queries @ bank.T).topk(k, dim=1)
-        scores = torch.zeros(len(queries), num_classes, dtype=sims.dtype)
+        scores = torch.zeros(len(queries), num_classes, dtype=sims.dtype, device=device)
         scores.scatter_add_(1, bank_labels[idx], (sims / temperature).exp())
         predictions = scores.argmax(dim=1)
-        correct += int((predictions == test_labels[start : start + chunk_size].long()).sum())
-    return 100.0 * correct / len(test_feats)
+        correct += (predictions == test_labels[start : start + chunk_size].to(device).long()).sum()
+    return 100.0 * int(correct) / len(test_feats)
 
 
 @dataclass
@@ -344,7 +347,7 @@ def evaluate_encoder(
         device=device,
         progress=progress,
     )
-    knn = knn_top1(train_f, train_y, test_f, test_y, k=knn_k, temperature=knn_temperature)
+    knn = knn_top1(train_f, train_y, test_f, test_y, k=knn_k, temperature=knn_temperature, device=device)
     return {
         "top1": probe.top1,
         "top5": probe.top5,

@@ -269,4 +269,4 @@ def test_cuda_parity_script_runs_on_the_cpu(tmp_path):
     parity = load_benchmark("cuda_parity")
     assert parity.main(["--device", "cpu", "--json", str(tmp_path / "parity.json")]) == 0
     checks = json.loads((tmp_path / "parity.json").read_text())["checks"]
-    assert len(checks) == 12 and all(c["ok"] and c["gap"] == 0 for c in checks)
+    assert len(checks) == 13 and all(c["ok"] and c["gap"] == 0 for c in checks)

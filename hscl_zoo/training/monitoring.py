@@ -81,7 +81,7 @@ class KnnMonitor:
             bank, test = (self._features(encoder, i) for i in range(2))
         finally:
             encoder.train(was_training)
-        return knn_top1(bank, self.labels[0], test, self.labels[1], k=self.k)
+        return knn_top1(bank, self.labels[0], test, self.labels[1], k=self.k, device=self.device)
 
     def _features(self, encoder: ContrastiveEncoder, index: int) -> torch.Tensor:
         if self.images is None:
