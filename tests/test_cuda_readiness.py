@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from hscl_zoo.data.raw_images import RawImageDataset, cache_placement, workers_need_shared_memory
+from hscl_zoo.data.raw_images import (
+    RawImageDataset,
+    batches_in_flight_warning,
+    cache_placement,
+    workers_need_shared_memory,
+)
 from hscl_zoo.models import create_model
 from hscl_zoo.training.config import PretrainConfig
 from hscl_zoo.training.resources import (
@@ -270,3 +275,15 @@ def test_cuda_parity_script_runs_on_the_cpu(tmp_path):
     assert parity.main(["--device", "cpu", "--json", str(tmp_path / "parity.json")]) == 0
     checks = json.loads((tmp_path / "parity.json").read_text())["checks"]
     assert len(checks) == 13 and all(c["ok"] and c["gap"] == 0 for c in checks)
+
+
+def test_batches_in_flight_through_shared_memory_warn_when_they_would_not_fit():
+    """Workers hand their ready batches to the main process through /dev/shm: 16 workers x 2 batches
+    of 512 CIFAR images x 2 float views (12 MiB each) need 384 MiB, which a 64 MiB container shm
+    cannot hold; uint8 images for the device augmentation (1.5 MiB a batch) fit in 1 GiB."""
+    views = 512 * 2 * 3 * 32 * 32 * 4
+    warning = batches_in_flight_warning(views, num_workers=16, shm_free=64 * 2**20)
+    assert warning is not None and "384 MiB" in warning and "--shm-size" in warning and "gpu_augment" in warning
+    assert batches_in_flight_warning(512 * 3 * 32 * 32, num_workers=16, shm_free=2**30) is None
+    assert batches_in_flight_warning(views, num_workers=0, shm_free=64 * 2**20) is None
+    assert batches_in_flight_warning(views, num_workers=16, shm_free=None) is None

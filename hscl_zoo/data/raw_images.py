@@ -24,7 +24,8 @@ from torch import Tensor
 from hscl_zoo.data.datasets import require_internal_columns
 from hscl_zoo.data.views import MultiViewDataset
 
-__all__ = ["RawImageDataset", "decode_image", "cache_placement", "workers_need_shared_memory", "shared_memory_free"]
+__all__ = ["RawImageDataset", "decode_image", "cache_placement", "workers_need_shared_memory", "shared_memory_free",
+           "batches_in_flight_warning"]
 
 SHM = Path("/dev/shm")
 SHM_HEADROOM = 0.8
@@ -54,6 +55,23 @@ def cache_placement(nbytes: int, *, share: bool, shm_free: int | None) -> str:
     if shm_free is not None and nbytes <= SHM_HEADROOM * shm_free:
         return "shared"
     return "none"
+
+
+def batches_in_flight_warning(batch_bytes: int, *, num_workers: int, prefetch_factor: int = 2,
+                              shm_free: int | None) -> str | None:
+    """A warning when the batches DataLoader workers hold ready (``num_workers x prefetch_factor``
+    of ``batch_bytes`` each, handed to the main process through /dev/shm) would not fit in 80 % of
+    the free shared memory, where a worker dies with a bus error mid-epoch; None otherwise."""
+    if num_workers == 0 or shm_free is None:
+        return None
+    in_flight = num_workers * prefetch_factor * batch_bytes
+    if in_flight <= SHM_HEADROOM * shm_free:
+        return None
+    mib = 2**20
+    return (f"warning: {num_workers} DataLoader workers x {prefetch_factor} batches x {batch_bytes / mib:.1f} MiB = "
+            f"{in_flight / mib:.0f} MiB of batches pass through /dev/shm, which has {shm_free / mib:.0f} MiB free: a "
+            "worker may die with a bus error. Give the container more shared memory (docker run --shm-size 4g), use "
+            "fewer num_workers, or gpu_augment (the workers then pass uint8 images, 4x smaller than float views).")
 
 
 def decode_image(image: Any) -> Tensor:

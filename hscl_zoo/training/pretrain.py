@@ -42,7 +42,12 @@ from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.loaders import SeededLoader, make_loader
-from hscl_zoo.data.raw_images import RawImageDataset, workers_need_shared_memory
+from hscl_zoo.data.raw_images import (
+    RawImageDataset,
+    batches_in_flight_warning,
+    shared_memory_free,
+    workers_need_shared_memory,
+)
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
 from hscl_zoo.evaluation import evaluate_encoder
@@ -335,9 +340,16 @@ def training_views(
     else:
         train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
                                      label_positive=cfg.label_positive_pairing, seed=cfg.seed)
-    loader = make_loader(train_set, cfg.batch_size // accelerator.num_processes, shuffle=True, seed=cfg.seed,
-                         num_workers=cfg.num_workers, drop_last=True, pin_memory=accelerator.device.type == "cuda",
+    per_process = cfg.batch_size // accelerator.num_processes
+    loader = make_loader(train_set, per_process, shuffle=True, seed=cfg.seed, num_workers=cfg.num_workers,
+                         drop_last=True, pin_memory=accelerator.device.type == "cuda",
                          persistent_workers=cfg.num_workers > 0)
+    copies = cfg.views if not gpu_augment or cfg.label_positive_pairing else 1
+    image_bytes = 3 * image_size * image_size * copies * (1 if gpu_augment else 4)
+    warning = batches_in_flight_warning(per_process * image_bytes, num_workers=cfg.num_workers,
+                                        shm_free=shared_memory_free())
+    if warning and accelerator.is_local_main_process:
+        print(warning, flush=True)
     return train_set, augment, loader
 
 
