@@ -31,10 +31,15 @@ from accelerate.utils import set_seed
 from provenance import git_commit, machine, utc_now  # benchmarks/, the script's own folder
 
 from hscl_zoo.losses.methods import build_loss
-from hscl_zoo.models import create_model
 from hscl_zoo.reproduction.budgets import BUDGETS
 from hscl_zoo.reproduction.studies import STUDIES
-from hscl_zoo.training.pretrain import build_optimizer, load_training_data, parse_args, training_views
+from hscl_zoo.training.pretrain import (
+    build_encoder,
+    build_optimizer,
+    load_training_data,
+    parse_args,
+    training_views,
+)
 
 STUDY = "negatives-cifar10-10k"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -63,10 +68,7 @@ def first_steps(argv: list[str], steps: int) -> list[dict[str, float]]:
     data, cfg = load_training_data(cfg, accelerator)
     set_seed(cfg.seed)
     image_size = cfg.image_size or data.spec.image_size
-    encoder = create_model(cfg.backbone, num_classes=len(data.class_names), image_size=image_size,
-                           small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
-                           class_names=data.class_names, mean=cfg.mean, std=cfg.std)
-    model = encoder.projection_network()
+    model = build_encoder(cfg, data, image_size).projection_network()
     train_set, _, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=False, cache_images=False)
     optimizer = build_optimizer(cfg, model.parameters(), fused=False)
     loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())

@@ -185,15 +185,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
 
     set_seed(cfg.seed)
     image_size = cfg.image_size or data.spec.image_size
-    encoder = create_model(
-        cfg.backbone,
-        num_classes=len(data.class_names) or 1,
-        image_size=image_size,
-        small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
-        class_names=data.class_names or [UNLABELLED_HEAD],
-        mean=cfg.mean,
-        std=cfg.std,
-    )
+    encoder = build_encoder(cfg, data, image_size)
     model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
     if accelerator.device.type == "cuda" and cfg.memory_check:
         refuse_what_cannot_fit(cfg, model, image_size, accelerator)
@@ -283,6 +275,20 @@ def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[L
                          f"{' with label_positive_pairing' if cfg.label_positive_pairing else ''} needs them. Train "
                          "ucl or hucl on unlabelled images, or give one subfolder per class / a label_column.")
     return data, dataclasses.replace(cfg, mean=cfg.mean or list(data.spec.mean), std=cfg.std or list(data.spec.std))
+
+
+def build_encoder(cfg: PretrainConfig, data: LoadedData, image_size: int) -> ContrastiveEncoder:
+    """The config's backbone and stem at `image_size`, headed for the data's classes (one placeholder
+    class when nothing is labelled), normalising with the config's mean and std."""
+    return create_model(
+        cfg.backbone,
+        num_classes=len(data.class_names) or 1,
+        image_size=image_size,
+        small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
+        class_names=data.class_names or [UNLABELLED_HEAD],
+        mean=cfg.mean,
+        std=cfg.std,
+    )
 
 
 def due(epoch: int, every: int, last: int) -> bool:
