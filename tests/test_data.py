@@ -124,6 +124,38 @@ def test_cifar10_subset_from_local_parquet(shared_data):
     assert np.bincount(label_array(data.test)).tolist() == [10] * 10
 
 
+def test_cifar100_from_local_parquet(shared_data):
+    """The real files: 100 fine classes, 500 / 100 images each, names in the official (alphabetical)
+    order, the fine label kept and the coarse one dropped."""
+    folder = shared_data / "cifar100"
+    data = load_splits("cifar100", data_dir=folder)
+    assert (len(data.train), len(data.test)) == (50_000, 10_000)
+    assert data.train.column_names == data.test.column_names == ["image", "label"]
+    assert len(data.class_names) == 100
+    assert data.class_names[:3] == ["apple", "aquarium_fish", "baby"] and data.class_names[-1] == "worm"
+    assert data.class_names == sorted(data.class_names)
+    assert np.bincount(label_array(data.train), minlength=100).tolist() == [500] * 100
+    assert np.bincount(label_array(data.test), minlength=100).tolist() == [100] * 100
+    raw = pq.read_table(folder / "test-00000-of-00001.parquet", columns=["img", "fine_label"]).slice(4321, 1)
+    cell, fine = raw.column("img")[0].as_py(), raw.column("fine_label")[0].as_py()
+    assert data.test[4321]["label"] == fine
+    assert cell["path"].split("/")[1] == data.class_names[fine]
+    image = data.test[4321]["image"]
+    assert image.mode == "RGB" and image.size == (32, 32)
+    assert np.array_equal(np.asarray(image), np.asarray(Image.open(io.BytesIO(cell["bytes"])).convert("RGB")))
+
+
+def test_cifar100_budget_subset_is_class_balanced(shared_data):
+    data = load_splits("cifar100", data_dir=shared_data / "cifar100", subset=10_000, seed=0, full_test=True)
+    assert np.bincount(label_array(data.train), minlength=100).tolist() == [100] * 100
+    assert len(data.test) == 10_000
+
+
+def test_cifar100_one_split(shared_data):
+    test = load_split("cifar100", "test", shared_data / "cifar100")
+    assert len(test) == 10_000 and len(test.features["label"].names) == 100
+
+
 def test_tinyimagenet_valid_grayscale_comes_out_rgb(shared_data):
     parquet = shared_data / "tinyimagenet" / "valid-00000-of-00001.parquet"
     raw = pq.read_table(parquet, columns=["image"]).column("image").slice(0, 400).to_pylist()

@@ -103,8 +103,15 @@ def test_threshold_schedule_comes_from_the_scl_run(tmp_path):
     (tmp_path / "scl-s0.json").write_text(json.dumps(record("scl", 0, 50.0, [30, 40, 50], 0.9)))
     # neg_cos_q50 at epoch 1 is 0.1, neg_cos_q75 at epoch 3 is 0.3 - 0.08
     assert budgets.threshold_schedule(tmp_path, 0) == {"threshold_start": 0.1, "threshold_end": 0.22}
-    assert budgets.method_settings(tmp_path, "hucl", 0) == {"tau_plus": 0.1}
-    assert budgets.method_settings(tmp_path, "hscl-beta", 0) == {}
+    cifar10 = budgets.BUDGETS["cpu-cifar10-10k"]
+    assert budgets.method_settings(cifar10, tmp_path, "hscl-beta", 0) == {}
+
+
+@pytest.mark.parametrize("budget, classes", [("cpu-cifar10-10k", 10), ("cpu-cifar100-10k", 100),
+                                             ("cpu-tinyimagenet-20k", 200)])
+def test_hucl_class_prior_is_one_over_the_class_count(budget, classes, tmp_path):
+    settings = budgets.run_settings(budgets.BUDGETS[budget], tmp_path, "hucl", 0, None)
+    assert settings["tau_plus"] == pytest.approx(1 / classes)
 
 
 @pytest.mark.parametrize("budget", sorted(p.name for p in (ROOT / "results").iterdir() if (p / "runs").is_dir()))

@@ -1,6 +1,6 @@
 """Named reproduction budgets: the settings every run of a budget shares, and each method's own.
 
-A budget is a set of pretraining config keys (see `hscl_zoo.config.PretrainConfig`) plus a
+A budget is a set of pretraining config keys (see `hscl_zoo.training.config.PretrainConfig`) plus a
 sentence saying what it is for. H-SCL(tau)'s threshold schedule is not typed in: it is read from
 the negative cosines the SCL run of the same seed measured (`threshold_schedule`).
 """
@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hscl_zoo.data.catalog import get_spec
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
            dict(dataset="tinyimagenet", subset=20000, full_test=True, image_size=32, backbone="resnet18",
                 stem="default", epochs=10, batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000,
                 monitor_test_size=5000)),
+    Budget("cpu-cifar100-10k",
+           "CIFAR-100 at the CIFAR-10 evidence budget: a class-balanced 10,000-image subset (100 images per "
+           "class), the full 10,000-image test split, ResNet-18 with timm's stem at 32 px, batch 256, 15 epochs. "
+           "A batch of 256 holds about 2.6 images of each class, so most anchors have one or two label "
+           "positives besides their own view and nearly every negative is of another class.",
+           dict(dataset="cifar100", subset=10000, full_test=True, backbone="resnet18", stem="default", epochs=15,
+                batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000)),
     Budget("gpu-cifar10",
            "One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem, bf16, batch 512, 50 epochs.",
            dict(dataset="cifar10", backbone="resnet18", stem="small", epochs=50, batch_size=512, probe_epochs=100,
@@ -50,9 +59,6 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
                 probe_epochs=10, knn_k=20, monitor_train_size=200)),
 )}
 
-# Where a budget departs from the method table's defaults (beta = 1 is the table's, the middle of
-# the paper's grid): H-UCL is debiased with a class prior of 0.1 (ten classes).
-METHOD_OVERRIDES: dict[str, dict[str, Any]] = {"hucl": {"tau_plus": 0.1}}
 # Within a seed: the headline pair first, and SCL before H-SCL(tau), whose threshold comes from SCL.
 RUN_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
 # The threshold at the first epoch keeps the upper half of SCL's other-label negative cosines at its
@@ -76,15 +82,24 @@ def threshold_schedule(runs_dir: Path, seed: int) -> dict[str, float]:
             "threshold_end": round(history[-1][THRESHOLD_END_QUANTILE], 2)}
 
 
-def method_settings(runs_dir: Path, method: str, seed: int) -> dict[str, Any]:
-    """The hyperparameters of one run of a budget."""
+def class_prior(budget: Budget) -> float:
+    """H-UCL's debiasing prior tau_plus at a budget: 1 / the number of classes of its dataset, the
+    chance that a random other image shares the anchor's class (as in the paper configs)."""
+    return 1.0 / get_spec(budget.settings["dataset"]).num_classes
+
+
+def method_settings(budget: Budget, runs_dir: Path, method: str, seed: int) -> dict[str, Any]:
+    """Where one run of a budget departs from the method table's defaults (beta = 1 is the table's,
+    the middle of the paper's grid): H-UCL's class prior, H-SCL(tau)'s threshold schedule."""
     if method == "hscl-tau":
         return threshold_schedule(runs_dir, seed)
-    return dict(METHOD_OVERRIDES.get(method, {}))
+    if method == "hucl":
+        return {"tau_plus": class_prior(budget)}
+    return {}
 
 
 def run_settings(budget: Budget, runs_dir: Path, method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
     """Every pretraining key of one run of `budget`: its settings, the method's own, the seed and
     the local data folder (None: the Hub)."""
-    keys = {**budget.settings, **method_settings(runs_dir, method, seed), "method": method, "seed": seed}
+    keys = {**budget.settings, **method_settings(budget, runs_dir, method, seed), "method": method, "seed": seed}
     return keys if data_dir is None else {**keys, "data_dir": data_dir}
