@@ -27,7 +27,7 @@ def digit_images(data, n: int) -> list[Image.Image]:
 
 
 def test_registry_names_and_sources():
-    assert set(DATASETS) == {"digits", "cifar10", "cifar100", "stl10", "tinyimagenet"}
+    assert set(DATASETS) == {"digits", "cifar10", "cifar100", "cifar100-coarse", "stl10", "tinyimagenet"}
     assert DATASETS["cifar10"].hub_id == "uoft-cs/cifar10"
     assert (DATASETS["cifar100"].image_column, DATASETS["cifar100"].label_column) == ("img", "fine_label")
     assert DATASETS["tinyimagenet"].test_split == "valid"
@@ -149,6 +149,19 @@ def test_cifar100_budget_subset_is_class_balanced(shared_data):
     data = load_splits("cifar100", data_dir=shared_data / "cifar100", subset=10_000, seed=0, full_test=True)
     assert np.bincount(label_array(data.train), minlength=100).tolist() == [100] * 100
     assert len(data.test) == 10_000
+
+
+def test_cifar100_coarse_labels_are_the_superclasses(shared_data):
+    """The same files read through the coarse column: 20 superclasses of 5 fine classes each, so
+    2,500 training images per superclass, and every fine class inside exactly one superclass."""
+    folder = shared_data / "cifar100"
+    coarse = load_splits("cifar100-coarse", data_dir=folder)
+    fine = load_splits("cifar100", data_dir=folder)
+    assert coarse.class_names[:2] == ["aquatic_mammals", "fish"] and len(coarse.class_names) == 20
+    assert np.bincount(label_array(coarse.train), minlength=20).tolist() == [2500] * 20
+    pairs = set(zip(label_array(fine.train).tolist(), label_array(coarse.train).tolist()))
+    assert len(pairs) == 100 and len({f for f, _ in pairs}) == 100
+    assert fine.class_names.index("whale") in {f for f, c in pairs if coarse.class_names[c] == "aquatic_mammals"}
 
 
 def test_cifar100_one_split(shared_data):

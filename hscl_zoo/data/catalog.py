@@ -146,6 +146,10 @@ register_dataset(_hub(
     (0.2673, 0.2564, 0.2762),
 ))
 register_dataset(_hub(
+    "cifar100-coarse", "CIFAR-100 (20 superclasses)", "uoft-cs/cifar100", ("img", "coarse_label"), 20, 32,
+    (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+))
+register_dataset(_hub(
     "stl10", "STL-10", "tanganke/stl10", ("image", "label"), 10, 96, (0.4467, 0.4398, 0.4066),
     (0.2603, 0.2566, 0.2713),
     names=("airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck"),
