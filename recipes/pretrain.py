@@ -1,8 +1,8 @@
 """Pretrain a contrastive encoder with one of the paper's objectives, then probe and export it.
 
     accelerate launch recipes/pretrain.py                                  # embedded digits, CPU, minutes
-    accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml
-    accelerate launch recipes/pretrain.py --config recipes/configs/scl-cifar10.yaml \
+    accelerate launch recipes/pretrain.py --config hscl-beta-cifar100
+    accelerate launch recipes/pretrain.py --config scl-cifar10 \
         --data_dir ../shared/data/cifar10 --epochs 5
     accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hscl_zoo.configs import config_file
 from hscl_zoo.models import create_model
 from hscl_zoo.zoo import cards
 from hscl_zoo.zoo.cards import render_card
@@ -18,7 +19,7 @@ CARDS = ROOT / "model_cards"
 TRAINING = {
     "dataset": "cifar100", "method": "hscl-beta", "hyperparameters": {"beta": 1.0, "temperature": 0.5, "lr": 0.001},
     "epochs": 200, "global_batch_size": 512, "expected_negatives_per_anchor": 1020,
-    "config": "recipes/configs/hscl-beta-cifar100.yaml",
+    "config": "hscl-beta-cifar100",
 }
 
 
@@ -77,9 +78,8 @@ def test_checked_in_card_states_its_dataset_config_and_stem(name):
     assert f"# {name}\n" in card and f"`hscl-zoo/{name}`" in card
     assert f"# (1, {CLASSES[dataset]}) class probabilities" in card
     assert f"{CLASSES[dataset]} classes at {PIXELS[dataset]}x{PIXELS[dataset]} pixels" in card
-    config_path = ROOT / "recipes" / "configs" / f"{name}.yaml"
-    config = yaml.safe_load(config_path.read_text())
-    assert f"`recipes/configs/{name}.yaml`" in card
+    config = yaml.safe_load(config_file(name).read_text())
+    assert f"Config: `{name}` (shipped with the `hscl-zoo` package)" in card
     assert (config["dataset"], config["method"], config["backbone"]) == (dataset, method, "resnet50")
     assert ("uses timm's default ResNet stem" in card) == (config["stem"] == "default")
 
@@ -114,7 +114,7 @@ def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
     assert "| this model | 75.30 |" in card and "| paper, Table 1 | 75.11 |" in card
     assert "| negatives per anchor (expected from the batch size) | 1020 |" in card and "| `beta` | 1 |" in card
     assert "| mean | 0.5070, 0.4865, 0.4409 |" in card and "| input size | 3 x 32 x 32 |" in card
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in card
+    assert "reproduce with `hscl-zoo train --config hscl-beta-cifar100`" in card
     assert "Weights not published yet" not in card
 
 

@@ -1,4 +1,5 @@
-"""The shipped recipe configs (recipes/configs/*.yaml): one per registry entry, each the paper's recipe."""
+"""The shipped recipe configs (hscl_zoo/configs/*.yaml): one per registry entry, each the paper's recipe,
+read by zoo name or by path."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import pytest
 import yaml
 
 import hscl_zoo
+import hscl_zoo.configs
+from hscl_zoo.configs import config_names
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.losses.methods import LOSS_NAMES
 from hscl_zoo.training.config import PretrainConfig
 from hscl_zoo.training.pretrain import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO / "recipes" / "configs"
+CONFIG_DIR = Path(hscl_zoo.configs.__file__).parent
 CONFIG_FILES = sorted(CONFIG_DIR.glob("*.yaml"))
 ENTRIES = {name: hscl_zoo.info(name) for name in hscl_zoo.list_models()}
 
@@ -27,9 +30,8 @@ THRESHOLD_END_GRID = {-0.1, 0.0, 0.1}
 
 
 def _entry_for(path: Path):
-    rel = path.relative_to(REPO).as_posix()
-    matches = [e for e in ENTRIES.values() if e.config == rel]
-    assert len(matches) == 1, f"{rel} is the config of {len(matches)} registry entries"
+    matches = [e for e in ENTRIES.values() if e.config == path.stem]
+    assert len(matches) == 1, f"{path.name} is the config of {len(matches)} registry entries"
     return matches[0]
 
 
@@ -44,14 +46,15 @@ def _header(path: Path) -> str:
 
 
 def test_one_config_per_registry_entry():
-    on_disk = {p.relative_to(REPO).as_posix() for p in CONFIG_FILES}
+    on_disk = {p.stem for p in CONFIG_FILES}
     named = {e.config for e in ENTRIES.values()}
+    assert config_names() == sorted(on_disk)
     assert len(ENTRIES) == len(LOSS_NAMES) * 4 == 20  # the paper's five methods on its four datasets
     assert on_disk - named == set(), f"config files no registry entry names: {sorted(on_disk - named)}"
     assert named - on_disk == set(), f"registry entries without a config file: {sorted(named - on_disk)}"
     for entry in ENTRIES.values():
-        assert (REPO / entry.config).is_file()
-        assert entry.train_command.endswith(f"--config {entry.config}")
+        assert entry.train_command == f"hscl-zoo train --config {entry.name}"
+    assert not (REPO / "recipes" / "configs").exists(), "one copy of the configs: the package's"
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.stem)
@@ -103,21 +106,42 @@ def test_config_is_the_papers_recipe(path: Path):
     assert hyper["positives"] == ("views" if cfg.method in ("ucl", "hucl") else "labels")
 
 
-def test_documented_cpu_override_parses(monkeypatch):
+def test_documented_cpu_override_parses(monkeypatch, tmp_path: Path):
     """The CPU command in each file's header is accepted by the recipe's own argument parser."""
-    monkeypatch.chdir(REPO)  # the commands are written to run from the repository root
+    monkeypatch.chdir(tmp_path)  # the commands run from anywhere: --config names the shipped file
     for path in CONFIG_FILES:
         header = _header(path)
-        match = re.search(r"accelerate launch recipes/pretrain.py (.*?)\n(?!\s*--)", header + "\n", re.S)
+        match = re.search(r"hscl-zoo train (.*?)\n(?!\s*--)", header + "\n", re.S)
         assert match, f"{path.name}: no example command in the header"
         argv = shlex.split(match.group(1).replace("\\\n", " "))
         cfg, args, overrides = parse_args(argv)
-        assert args.config == path.relative_to(REPO).as_posix()
+        assert args.config == path.stem
         assert (cfg.backbone, cfg.stem, cfg.epochs, cfg.batch_size) == ("resnet18", "default", 5, 128)
         assert cfg.mixed_precision == "no"  # the text 'no', not YAML's boolean false
         # everything not overridden still comes from the file
         assert (cfg.method, cfg.dataset, cfg.lr, cfg.temperature) == (
             PretrainConfig.from_sources(path).method, _entry_for(path).dataset, 1e-3, 0.5)
+
+
+def test_config_by_zoo_name_is_the_shipped_file(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    by_name = PretrainConfig.from_sources("hscl-tau-stl10")
+    assert by_name == PretrainConfig.from_sources(CONFIG_DIR / "hscl-tau-stl10.yaml")
+    assert (by_name.method, by_name.dataset, by_name.stem) == ("hscl-tau", "stl10", "default")
+    cfg, args, _ = parse_args(["--config", "hucl-cifar100", "--epochs", "3"])
+    assert (cfg.method, cfg.dataset, cfg.epochs, cfg.tau_plus) == ("hucl", "cifar100", 3, pytest.approx(0.01))
+    own = tmp_path / "scl-cifar10"  # a file of that name in the working directory is a path, and wins
+    own.write_text("method: scl\ndataset: digits\n")
+    assert PretrainConfig.from_sources("scl-cifar10").dataset == "digits"
+
+
+def test_unknown_config_name_is_one_line_with_the_closest(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        PretrainConfig.from_sources("hscl-beta-cifar")
+    message = str(info.value)
+    assert "\n" not in message and "no shipped config 'hscl-beta-cifar' and no such file" in message
+    assert "hscl-beta-cifar10" in message and "hscl-zoo list" in message
 
 
 def test_unknown_key_is_refused_with_the_valid_keys(tmp_path: Path):

@@ -84,7 +84,7 @@ def test_bad_pattern_is_an_error():
 def test_entry_is_consistent(name):
     entry = info(name)
     assert entry.name == f"{entry.method}-{entry.dataset}" == name
-    assert entry.config == f"recipes/configs/{name}.yaml"
+    assert entry.config == name
     assert entry.hub_repo == f"hscl-zoo/{name}"
     validate_repo_id(entry.hub_repo)
     assert entry.backbone == "resnet50"
@@ -120,7 +120,7 @@ def test_unknown_name_lists_closest():
 def test_summary_shows_publication_status():
     text = str(info("hscl-beta-cifar100"))
     assert "hscl-zoo/hscl-beta-cifar100" in text and "75.11" in text
-    assert "accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml" in text
+    assert "train it:    hscl-zoo train --config hscl-beta-cifar100\n" in text + "\n"
     published = dataclasses.replace(info("hscl-beta-cifar100"), revision="a" * 40, sha256="b" * 64,
                                     metrics={"top1": 74.9})
     text = str(published)
@@ -182,13 +182,13 @@ def test_an_entry_outside_the_paper_grid_carries_its_own_backbone():
     from hscl_zoo.zoo.hub import WeightsNotPublishedError
 
     entry = ZooEntry(name="scl-cifar10-resnet18", method="scl", dataset="cifar10", backbone="resnet18",
-                     hub_repo="hscl-zoo/scl-cifar10-resnet18", config=registry.config_path("scl-cifar10-resnet18"))
+                     hub_repo="hscl-zoo/scl-cifar10-resnet18", config="configs/scl-cifar10-resnet18.yaml")
     registry.register_model(entry)
     try:
         assert "scl-cifar10-resnet18" in list_models("scl-cifar10*") and info("scl-cifar10-resnet18") is entry
         assert info("scl-cifar10").backbone == "resnet50"  # the paper's grid is untouched
         assert "A `resnet18` image encoder" in render_card(entry)
-        with pytest.raises(WeightsNotPublishedError, match="recipes/configs/scl-cifar10-resnet18.yaml"):
+        with pytest.raises(WeightsNotPublishedError, match="hscl-zoo train --config configs/scl-cifar10-resnet18.yaml"):
             hscl_zoo.load("scl-cifar10-resnet18")
         with pytest.raises(ValueError, match="already registered"):
             registry.register_model(entry)

@@ -3,7 +3,7 @@
 One flat dataclass so that a run is described by plain JSON (saved beside its checkpoints, no
 pickled objects) and every key can be set as `--key value` on the command line. The defaults are
 the embedded CPU run: scikit-learn's digits, a small timm ResNet with timm's own stem, a few
-epochs. The paper's settings live in recipes/configs/<method>-<dataset>.yaml, named like the zoo.
+epochs. The paper's settings ship in the package (`hscl_zoo.configs`), one per zoo name.
 What a method's hyperparameters are, and which keys set them, comes from the method table
 (`hscl_zoo.losses.methods`).
 """
@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from hscl_zoo.configs import read_config_text
 from hscl_zoo.data.labelling import check_labelled_fraction
 from hscl_zoo.losses.hardening import LinearThresholdSchedule
 from hscl_zoo.losses.methods import METHODS, MethodSpec
@@ -192,16 +193,15 @@ class PretrainConfig:
 
     @classmethod
     def from_sources(cls, config_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
-        """Defaults, then the YAML file, then command-line overrides (strings are parsed as YAML scalars)."""
+        """Defaults, then the YAML config (a file path, or the name of a shipped config such as
+        ``hscl-beta-cifar100``), then command-line overrides (strings are parsed as YAML scalars)."""
         values: dict[str, Any] = {}
         if config_path is not None:
-            path = Path(config_path)
-            if not path.is_file():
-                raise ValueError(f"config file {path} does not exist; the shipped ones are in recipes/configs/.")
-            loaded = yaml.safe_load(path.read_text()) or {}
+            text, source = read_config_text(config_path)
+            loaded = yaml.safe_load(text) or {}
             if not isinstance(loaded, dict):
-                raise ValueError(f"{path}: a config is a mapping of key: value lines, got {type(loaded).__name__}.")
-            cls.from_dict(loaded, source=str(path))
+                raise ValueError(f"{source}: a config is a mapping of key: value lines, got {type(loaded).__name__}.")
+            cls.from_dict(loaded, source=source)
             values.update(loaded)
         if overrides:
             parsed = {k: _parse_override(k, v) if isinstance(v, str) else v for k, v in overrides.items()}

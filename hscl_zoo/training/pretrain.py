@@ -4,8 +4,8 @@
 same without the exit-on-error wrapper:
 
     accelerate launch recipes/pretrain.py                                  # embedded digits, CPU, minutes
-    accelerate launch recipes/pretrain.py --config recipes/configs/hscl-beta-cifar100.yaml
-    accelerate launch recipes/pretrain.py --config recipes/configs/scl-cifar10.yaml \
+    accelerate launch recipes/pretrain.py --config hscl-beta-cifar100
+    accelerate launch recipes/pretrain.py --config scl-cifar10 \
         --data_dir ../shared/data/cifar10 --epochs 5
     accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
 
@@ -83,7 +83,8 @@ def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig
         description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
         epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
     )
-    parser.add_argument("--config", help="YAML file of config keys (recipes/configs/*.yaml)")
+    parser.add_argument("--config", help="a shipped config by zoo name (hscl-beta-cifar100; 'hscl-zoo list' "
+                        "names them) or a YAML file of config keys")
     parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
     args, rest = parser.parse_known_args(argv)

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 import hscl_zoo.zoo.registry as registry
+from hscl_zoo.configs import is_config_name
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.losses.methods import METHODS
 from hscl_zoo.zoo.registry import ZooEntry
@@ -240,8 +241,8 @@ def _format_value(value: Any) -> str:
 def _training(facts: _CardFacts) -> str:
     lines = []
     if facts.config:
-        lines.append(f"Config: `{facts.config}` in the hscl_zoo repository; reproduce with "
-                     f"`{registry.pretrain_command(facts.config)}`.")
+        where = " (shipped with the `hscl-zoo` package)" if is_config_name(facts.config) else ""
+        lines.append(f"Config: `{facts.config}`{where}; reproduce with `{registry.pretrain_command(facts.config)}`.")
     if facts.training is None:
         lines.append(_PAPER_RECIPE + (" " + _STL10_STEM if facts.dataset == "stl10" else ""))
         return "\n\n".join(lines)

@@ -33,7 +33,6 @@ __all__ = [
     "entries",
     "find_by_repo",
     "pretrain_command",
-    "config_path",
     "register_model",
 ]
 
@@ -50,15 +49,17 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def pretrain_command(config: str) -> str:
-    """The command that trains the model a recipe config describes."""
-    return f"accelerate launch recipes/pretrain.py --config {config}"
+    """The command that trains the model a recipe config (a shipped config's name or a YAML path)
+    describes; it runs wherever the package is installed."""
+    return f"hscl-zoo train --config {config}"
 
 
 @dataclass(frozen=True)
 class ZooEntry:
     """One zoo model: what it is (method, dataset, timm backbone), where its weights live, how
-    they are pinned, and what they scored. ``config`` is its recipe config, relative to the
-    repository root (``recipes/configs/<name>.yaml``).
+    they are pinned, and what they scored. ``config`` is its recipe config as ``--config`` takes it:
+    the name of a config shipped in ``hscl_zoo.configs`` (the paper's grid: the zoo name) or the
+    path of a YAML file.
 
     ``revision``, ``sha256`` and ``metrics`` stay empty until the weights are published;
     ``metrics`` holds only measured numbers (top-1 % of the linear probe, ...), never the paper's,
@@ -143,11 +144,6 @@ class ZooEntry:
         return self.summary()
 
 
-def config_path(name: str) -> str:
-    """The recipe config of a zoo name, relative to the repository root."""
-    return f"recipes/configs/{name}.yaml"
-
-
 _ENTRIES: NamedTable[ZooEntry] = NamedTable("zoo name", ZooEntry)
 
 
@@ -166,7 +162,7 @@ def paper_entry(method: str, dataset: str, backbone: str = PAPER_BACKBONE) -> Zo
     top1, std = METHODS[method].paper_top1[dataset]
     revision, sha256, metrics = _PUBLISHED.get(name, (None, None, {}))
     return ZooEntry(name=name, method=method, dataset=dataset, backbone=backbone, hub_repo=f"{HUB_ORG}/{name}",
-                    config=config_path(name), paper_top1=top1, paper_top1_std=std, revision=revision,
+                    config=name, paper_top1=top1, paper_top1_std=std, revision=revision,
                     sha256=sha256, metrics=metrics)
 
 
