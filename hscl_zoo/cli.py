@@ -12,11 +12,13 @@
 MODEL is anything ``hscl_zoo.load`` accepts: a zoo name, ``hf-hub:owner/name[@revision]``,
 ``local-dir:/path`` or a folder written by ``save_pretrained`` (offline for folders). Errors in
 the input exit with status 1 and one line naming the problem; usage errors exit with status 2.
+Each command imports only what it runs: ``--help``, ``list`` and ``info`` load no torch.
 A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own data:
 ``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see ``hscl_zoo.data.sources``).
 
-``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config FILE``
-and ``--key value`` settings (``hscl-zoo train --help``). For several processes, launch the module:
+``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config``
+(a zoo name such as ``hscl-beta-cifar100``, for the config shipped with the package, or a YAML
+file) and ``--key value`` settings (``hscl-zoo train --help``). For several processes, launch the module:
 ``accelerate launch --multi_gpu --num_processes 2 -m hscl_zoo.cli train ...`` (or the installed
 script, ``accelerate launch --multi_gpu --num_processes 2 $(which hscl-zoo) train ...``; on the CPU
 with ``ACCELERATE_USE_CPU=1`` the processes talk over gloo).
@@ -29,19 +31,16 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from hscl_zoo._version import __version__
-from hscl_zoo.data import DATASETS, SourceOptions
-from hscl_zoo.data.sources import source_options
-from hscl_zoo.embedding import check_output_path, embed, save_embeddings
-from hscl_zoo.evaluation import EVAL_DEFAULTS, evaluate_model
-from hscl_zoo.export import OUTPUTS, export_onnx, export_timm, export_torchscript
-from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
-from hscl_zoo.zoo import cards, registry
-from hscl_zoo.zoo.hub import load
+from hscl_zoo.data.catalog import DATASETS
+from hscl_zoo.data.source_options import SourceOptions, source_options
+from hscl_zoo.protocol import EVAL_DEFAULTS, OUTPUTS
+from hscl_zoo.zoo import registry
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["main", "build_parser", "add_eval_options", "run_eval"]
 
@@ -53,6 +52,8 @@ _USER_ERRORS = (ValueError, OSError, LookupError, ImportError)
 
 
 def _device(name: str | None) -> torch.device:
+    import torch
+
     return torch.device(name if name else "cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -104,6 +105,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate ``model`` with the options of :func:`add_eval_options`, print the scores and write
     ``--out``; returns the results."""
+    from hscl_zoo.evaluation import evaluate_model
+
     result = evaluate_model(model, args.dataset, data_dir=args.data_dir, subset=args.subset,
                             full_test=args.full_test, labelled_fraction=args.labelled_fraction,
                             probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
@@ -123,6 +126,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
+    from hscl_zoo.embedding import check_output_path, embed, save_embeddings
+    from hscl_zoo.zoo.hub import load
+
     check_output_path(args.out)
     device = _device(args.device)
     model = load(args.model, device=device)
@@ -147,6 +153,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.format == "timm" and args.output is not None:
         raise ValueError("--output applies to onnx and torchscript; a timm folder gives the logits, and the pooled "
                          "features with num_classes=0.")
+    from hscl_zoo.export import export_onnx, export_timm, export_torchscript
+    from hscl_zoo.zoo.hub import load
+
     output = args.output or "features"
     model = load(args.model, device="cpu")
     if args.format == "timm":
@@ -162,6 +171,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_push(args: argparse.Namespace) -> int:
+    from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
+
     folder = rebuild_hub_folder(args.run_or_dir, args.out, repo_id=args.repo_id, name=args.name)
     print(f"Hub-ready folder: {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     if args.dry_run:
@@ -174,6 +185,8 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
 
 def _cmd_cards(args: argparse.Namespace) -> int:
+    from hscl_zoo.zoo import cards
+
     return cards.main(["--out", str(args.out)] + (["--check"] if args.check else []))
 
 

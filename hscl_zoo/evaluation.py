@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from hscl_zoo.data.datasets import load_splits, require_internal_columns
 from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.sources import source_options as pick_source_options
+from hscl_zoo.protocol import EVAL_DEFAULTS
 from hscl_zoo.data.transforms import eval_transform
 
 if TYPE_CHECKING:
@@ -366,10 +367,6 @@ def evaluate_encoder(
         "head": probe.head,
     }
 
-
-
-EVAL_DEFAULTS = {"probe_epochs": 100, "knn_k": 20, "seed": 0}
-"""Probe settings used when neither the caller nor the model's recipe config sets them."""
 
 
 def evaluate_model(

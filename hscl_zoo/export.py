@@ -37,12 +37,11 @@ from torch import nn
 from torchvision.transforms import v2
 
 from hscl_zoo.models import _MODEL_ARG_KEYS, ContrastiveEncoder
+from hscl_zoo.protocol import OUTPUTS
 
 __all__ = ["OUTPUTS", "PREPROCESS_NAME", "INPUT_NAME", "export_timm", "export_onnx", "export_torchscript",
            "preprocess_config"]
 
-OUTPUTS = ("features", "projection", "logits")
-"""What an exported graph computes: ``model.encode``, ``model.project`` or ``model(x)``."""
 PREPROCESS_NAME = "preprocess.json"
 INPUT_NAME = "images"
 

@@ -13,20 +13,17 @@ transforms, multi-view training datasets and seeded loaders, and the device-side
     device_ops       its batched kernels
 """
 
-from hscl_zoo.data.catalog import DATASETS, DatasetSpec, get_spec, register_dataset
-from hscl_zoo.data.datasets import (
-    INTERNAL_IMAGE,
-    INTERNAL_LABEL,
-    LoadedData,
-    balanced_subset,
-    label_array,
-    load_split,
-    load_splits,
-    require_internal_columns,
-    to_internal,
-)
-from hscl_zoo.data.sources import SOURCE_KEYS, UNLABELLED, SourceOptions, is_source, source_spec
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from hscl_zoo._lazy import lazy_exports as _lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("DATASETS", "DatasetSpec", "get_spec", "register_dataset"), "hscl_zoo.data.catalog"),
+    **dict.fromkeys(("INTERNAL_IMAGE", "INTERNAL_LABEL", "LoadedData", "balanced_subset", "label_array", "load_split",
+                     "load_splits", "require_internal_columns", "to_internal"), "hscl_zoo.data.datasets"),
+    **dict.fromkeys(("SOURCE_KEYS", "UNLABELLED", "SourceOptions", "is_source"), "hscl_zoo.data.source_options"),
+    "source_spec": "hscl_zoo.data.sources",
+}
 __all__ = [
     "DATASETS",
     "DatasetSpec",
@@ -47,3 +44,20 @@ __all__ = [
     "source_spec",
     "to_internal",
 ]
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
+
+if _TYPE_CHECKING:
+    from hscl_zoo.data.catalog import DATASETS, DatasetSpec, get_spec, register_dataset
+    from hscl_zoo.data.datasets import (
+        INTERNAL_IMAGE,
+        INTERNAL_LABEL,
+        LoadedData,
+        balanced_subset,
+        label_array,
+        load_split,
+        load_splits,
+        require_internal_columns,
+        to_internal,
+    )
+    from hscl_zoo.data.source_options import SOURCE_KEYS, UNLABELLED, SourceOptions, is_source
+    from hscl_zoo.data.sources import source_spec

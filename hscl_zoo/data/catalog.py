@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import datasets
+from typing import TYPE_CHECKING
 
 from hscl_zoo._table import NamedTable
 from hscl_zoo.data.digits import DIGITS_IMAGE_SIZE, digits_tables
 
+if TYPE_CHECKING:
+    import datasets
+
 __all__ = ["DatasetSpec", "DATASETS", "register_dataset", "get_spec"]
 
-TableBuilder = Callable[["DatasetSpec"], tuple[datasets.Dataset, datasets.Dataset]]
+TableBuilder = Callable[["DatasetSpec"], "tuple[datasets.Dataset, datasets.Dataset]"]
 """Builds the (train, test) tables of a dataset that has no Hub or parquet source."""
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-import datasets
-import numpy as np
-
 if TYPE_CHECKING:
+    import datasets
+
     from hscl_zoo.data.catalog import DatasetSpec
 
 DIGITS_IMAGE_SIZE = 16
@@ -28,6 +27,8 @@ def digits_tables(spec: DatasetSpec) -> tuple[datasets.Dataset, datasets.Dataset
 
 @functools.lru_cache(maxsize=1)
 def _digits_splits(class_names: tuple[str, ...]) -> tuple[datasets.Dataset, datasets.Dataset]:
+    import datasets
+    import numpy as np
     from PIL import Image
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split

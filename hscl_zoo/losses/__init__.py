@@ -11,19 +11,17 @@ functions, the global-batch gather, the paper's diagnostics and the method table
     reference     a plain-loop float64 implementation, for tests and benchmarks
 """
 
-from hscl_zoo.losses.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
-from hscl_zoo.losses.methods import (
-    LOSS_NAMES,
-    METHODS,
-    Hyperparameter,
-    MethodSpec,
-    build_loss,
-    get_method,
-    register_method,
-)
-from hscl_zoo.losses.objective import ContrastiveLoss
-from hscl_zoo.losses.queue import MemoryQueue
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from hscl_zoo._lazy import lazy_exports as _lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("ExponentialTilt", "LinearThresholdSchedule", "Threshold"), "hscl_zoo.losses.hardening"),
+    **dict.fromkeys(("LOSS_NAMES", "METHODS", "Hyperparameter", "MethodSpec", "build_loss", "get_method",
+                     "register_method"), "hscl_zoo.losses.methods"),
+    "ContrastiveLoss": "hscl_zoo.losses.objective",
+    "MemoryQueue": "hscl_zoo.losses.queue",
+}
 __all__ = [
     "ContrastiveLoss",
     "ExponentialTilt",
@@ -38,3 +36,18 @@ __all__ = [
     "get_method",
     "register_method",
 ]
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
+
+if _TYPE_CHECKING:
+    from hscl_zoo.losses.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
+    from hscl_zoo.losses.methods import (
+        LOSS_NAMES,
+        METHODS,
+        Hyperparameter,
+        MethodSpec,
+        build_loss,
+        get_method,
+        register_method,
+    )
+    from hscl_zoo.losses.objective import ContrastiveLoss
+    from hscl_zoo.losses.queue import MemoryQueue

@@ -5,7 +5,9 @@ negatives, which are positives by default, and how negatives are weighted (a har
 built from the method's hyperparameters, or uniform weights). `build_loss` turns a name into a
 `ContrastiveLoss`; the pretraining config, the training summary, the model cards, the zoo registry
 and the benchmarks read the same spec, so adding a method is one `register_method(MethodSpec(...))`
-and, if it hardens, one function that builds its weights.
+and, if it hardens, one function that builds its weights. The table itself imports no torch (the
+zoo registry reads it for ``hscl-zoo list``); `build_loss` and the hardening builders import the
+loss modules when called.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from hscl_zoo._table import NamedTable
-from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, LinearThresholdSchedule, Threshold
-from hscl_zoo.losses.objective import ContrastiveLoss, Negatives, Positives
-from hscl_zoo.losses.queue import MemoryQueue
-from hscl_zoo.losses.unlabelled import UNLABELLED
+from hscl_zoo.losses.pairs import Negatives, Positives
+
+if TYPE_CHECKING:
+    from hscl_zoo.losses.hardening import HardeningFn
+    from hscl_zoo.losses.objective import ContrastiveLoss
 
 __all__ = [
     "Hyperparameter",
@@ -85,8 +88,11 @@ class Hyperparameter:
     def check(self, value: Any, method: str, key: str | None = None) -> None:
         """Raise ValueError unless `value` is a finite number in range (or, if scheduled, a
         schedule); the message names `key` (a config key such as ``threshold_start``) if given."""
-        if self.schedule and isinstance(value, LinearThresholdSchedule):
-            return
+        if self.schedule:
+            from hscl_zoo.losses.hardening import LinearThresholdSchedule
+
+            if isinstance(value, LinearThresholdSchedule):
+                return
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         above_high = number and (value >= self.high if self.high_open else value > self.high)
         if not number or value < self.low or above_high:
@@ -95,7 +101,7 @@ class Hyperparameter:
             raise ValueError(f"{method}: {name} must be a finite number {self.range_text}, got {value!r}{hint}.")
 
 
-HardeningBuilder = Callable[[Mapping[str, Any], float], HardeningFn]
+HardeningBuilder = Callable[[Mapping[str, Any], float], "HardeningFn"]
 """Builds a method's hardening function from its hyperparameter values and the temperature."""
 
 
@@ -192,6 +198,11 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
     option that has no effect on the method is refused. For another hardening function,
     `register_method` a `MethodSpec` or construct `ContrastiveLoss`. See docs/losses.md.
     """
+    from hscl_zoo.losses.hardening import Threshold
+    from hscl_zoo.losses.objective import ContrastiveLoss
+    from hscl_zoo.losses.queue import MemoryQueue
+    from hscl_zoo.losses.unlabelled import UNLABELLED
+
     spec = get_method(name)
     unknown = set(kwargs) - set(spec.options)
     if unknown:
@@ -237,10 +248,14 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
 
 
 def _tilt(values: Mapping[str, Any], temperature: float) -> HardeningFn:
+    from hscl_zoo.losses.hardening import ExponentialTilt
+
     return ExponentialTilt(values["beta"])
 
 
 def _threshold(values: Mapping[str, Any], temperature: float) -> HardeningFn:
+    from hscl_zoo.losses.hardening import Threshold
+
     return Threshold(values["threshold"], temperature)
 
 

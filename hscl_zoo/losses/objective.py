@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +35,9 @@ from hscl_zoo.losses.hardening import (
     Threshold,
     log_hardening_weight,
 )
+from hscl_zoo.losses.pairs import Negatives, Positives
 from hscl_zoo.losses.queue import MemoryQueue, queue_masks
 
-Positives = Literal["views", "labels"]
-Negatives = Literal["other-images", "other-labels"]
 
 
 class ContrastiveLoss(nn.Module):
