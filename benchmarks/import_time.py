@@ -11,6 +11,10 @@ which imports torch) within 1.2x `import torch`.
 
     python benchmarks/import_time.py                   # writes benchmarks/results/import_time.json
     python benchmarks/import_time.py --runs 11 --out /tmp/import_time.json
+    python benchmarks/import_time.py --source ../before --out benchmarks/results/import_time_before.json
+
+`--source` measures the package of another checkout (an earlier commit, for a before/after
+comparison); the JSON records that checkout's commit.
 """
 
 from __future__ import annotations
@@ -51,10 +55,10 @@ def top_level_imports(stderr: str) -> dict[str, int]:
     return times
 
 
-def run_once(code: str) -> tuple[float, dict[str, int]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_once(code: str, source: Path) -> tuple[float, dict[str, int]]:
+    env = {**os.environ, "PYTHONPATH": str(source)}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=source, env=env, capture_output=True,
                           text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
@@ -62,9 +66,9 @@ def run_once(code: str) -> tuple[float, dict[str, int]]:
     return wall, top_level_imports(done.stderr)
 
 
-def measure(code: str, runs: int) -> dict:
-    run_once(code)
-    samples = [run_once(code) for _ in range(runs)]
+def measure(code: str, runs: int, source: Path) -> dict:
+    run_once(code, source)
+    samples = [run_once(code, source) for _ in range(runs)]
     walls = [wall for wall, _ in samples]
     imports = [sum(t.values()) / 1e6 for _, t in samples]
     median_run = sorted(range(runs), key=lambda i: walls[i])[runs // 2]
@@ -82,15 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=7, help="timed runs per case (default: %(default)s)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "import_time.json")
+    p.add_argument("--source", type=Path, default=ROOT, help="checkout whose hscl_zoo to measure (default: this one)")
     args = p.parse_args(argv)
     if args.runs < 1:
         raise SystemExit(f"--runs must be at least 1, got {args.runs}.")
+    source = args.source.resolve()
+    if not (source / "hscl_zoo" / "__init__.py").is_file():
+        raise SystemExit(f"--source {args.source} holds no hscl_zoo package; give the root of a checkout.")
 
-    commit = git_commit()
+    commit = git_commit(source)
     load_before = os.getloadavg()
     results = {}
     for name, code in CASES.items():
-        results[name] = measure(code, args.runs)
+        results[name] = measure(code, args.runs, source)
         print(f"{name:<58} wall {results[name]['wall_s_median']:.3f} s   imports {results[name]['import_s_median']:.3f} s",
               flush=True)
     load_after = os.getloadavg()
@@ -102,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         "losses import / torch import <= 1.2": losses_s / torch_s <= LOSSES_GOAL_RATIO,
     }
     record = {
-        "command": "python benchmarks/import_time.py" + (f" --runs {args.runs}" if args.runs != 7 else ""),
+        "command": " ".join(["python benchmarks/import_time.py", *(argv if argv is not None else sys.argv[1:])]),
+        "source": str(source),
         "git_commit": commit,
         "date": utc_now(),
         "machine": machine(),

@@ -36,11 +36,12 @@ def machine(device: str = "cpu") -> dict[str, Any]:
     return info
 
 
-def git_commit() -> str | None:
-    """HEAD of this checkout, with "+dirty" when tracked files had uncommitted changes."""
+def git_commit(root: Path = ROOT) -> str | None:
+    """HEAD of this checkout (or of the one at `root`), with "+dirty" when tracked files had
+    uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
