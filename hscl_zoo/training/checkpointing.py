@@ -70,13 +70,16 @@ def _no_space(root: Path, needed: int) -> NoSpaceError:
                         "The earlier checkpoints are kept; free some space and continue with --resume.")
 
 
-def _out_of_space(error: BaseException) -> bool:
-    """Whether `error` (or what caused it) is a full disk: torch's zip writer reports ENOSPC as a
-    RuntimeError, so its message is read too."""
+def _out_of_space(error: BaseException | None, root: Path) -> bool:
+    """Whether `error` (or what caused it) is a full disk. torch's zip writer reports one as a
+    RuntimeError ("unexpected pos ...", "file write failed"), so a failure that left less than
+    a megabyte free counts too."""
+    if shutil.disk_usage(root).free < MB:
+        return True
     while error is not None:
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        if "No space left on device" in str(error) or "file write failed" in str(error):
+        if any(sign in str(error) for sign in ("No space left on device", "file write failed", "unexpected pos")):
             return True
         error = error.__cause__ or error.__context__
     return False
@@ -125,7 +128,7 @@ def save_checkpoint(
         if generator is not None:
             save_file({"state": generator.get_state()}, str(partial / GENERATOR_FILE.format(accelerator.process_index)))
     except Exception as error:
-        if not _out_of_space(error):
+        if not _out_of_space(error, root):
             raise
         failed += 1
     written = folder_bytes(partial) if accelerator.is_main_process and partial.is_dir() else 0
