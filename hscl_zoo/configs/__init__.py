@@ -48,5 +48,8 @@ def read_config_text(name_or_path: str | Path) -> tuple[str, str]:
     config of that name. Returns (text, what to call it in messages)."""
     path = Path(name_or_path)
     if path.is_file():
-        return path.read_text(encoding="utf-8"), str(path)
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not valid YAML: it is not UTF-8 text; save it as UTF-8.") from None
     return config_file(str(name_or_path)).read_text(encoding="utf-8"), f"config {name_or_path}"

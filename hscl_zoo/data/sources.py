@@ -191,6 +191,13 @@ def _image_folder(root: Path, options: SourceOptions, seed: int
 
 
 def _file_table(files: list[str], labels: list[int]) -> datasets.Dataset:
+    for f in files:
+        try:
+            f.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = f.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ValueError(f"{shown}: the file name is not UTF-8, which the dataset tables cannot hold; rename the "
+                             "file (or leave it out of the folder).") from None
     features = datasets.Features({"image": datasets.Image(decode=False), "label": datasets.Value("int64")})
     return datasets.Dataset.from_dict({"image": [{"path": f, "bytes": None} for f in files], "label": labels},
                                       features=features)
@@ -363,7 +370,7 @@ def _scan(source: str, tables: dict[str, datasets.Dataset], identity: str, progr
             try:
                 image = _open(cell)
                 array = np.asarray(image, dtype=np.float64).reshape(-1, 3) / 255.0
-            except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+            except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
                 unreadable.setdefault(split, []).append(row)
                 names.append(f"{cell.get('path') or f'{split} row {row}'} ({type(error).__name__})")
                 continue

@@ -27,6 +27,12 @@ from hscl_zoo.data.labelling import check_labelled_fraction
 from hscl_zoo.losses.hardening import LinearThresholdSchedule
 from hscl_zoo.losses.methods import METHODS, MethodSpec
 
+MIN_IMAGE_SIZE = 8
+"""The smallest side a run trains at: SimCLR's blur pads by at least one pixel each side, and a
+backbone that downsamples 32 times still keeps one feature."""
+MAX_IMAGE_SIZE = 2048
+MAX_VIEWS = 64
+
 
 @dataclass
 class PretrainConfig:
@@ -135,8 +141,29 @@ class PretrainConfig:
             raise ValueError(f"mixed_precision={self.mixed_precision!r}: use 'no' or 'bf16'.")
         if self.positives not in (None, "views", "labels"):
             raise ValueError(f"positives={self.positives!r}: use 'views', 'labels' or leave it unset.")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name}={value} must be a finite number.")
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature} must be > 0 (the paper uses 0.5).")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0 (the paper uses 1e-6).")
+        if self.M is not None and self.M <= 0:
+            raise ValueError(f"M={self.M} must be > 0 (the number of negatives the hardened loss normalises by), or "
+                             "unset for the number of embeddings in the batch minus 2.")
+        if self.image_size is not None and not MIN_IMAGE_SIZE <= self.image_size <= MAX_IMAGE_SIZE:
+            raise ValueError(f"image_size={self.image_size} must lie in {MIN_IMAGE_SIZE}..{MAX_IMAGE_SIZE} px, or be "
+                             "unset for the dataset's own size.")
+        if self.views > MAX_VIEWS:
+            raise ValueError(f"views={self.views}: at most {MAX_VIEWS} views per image (the paper uses 2; every "
+                             "view multiplies the batch the loss compares).")
+        import timm  # here, not at import: hscl-zoo list/info load no torch
+
+        if not timm.is_model(self.backbone):
+            close = difflib.get_close_matches(self.backbone, timm.list_models(), n=1)
+            raise ValueError(f"backbone={self.backbone!r} is not a timm model"
+                             f"{f' (did you mean {close[0]!r}?)' if close else ''}; see timm.list_models().")
         for key in ("monitor_train_size", "monitor_test_size"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)} must be a positive number of images, or unset for all.")
@@ -198,7 +225,10 @@ class PretrainConfig:
         values: dict[str, Any] = {}
         if config_path is not None:
             text, source = read_config_text(config_path)
-            loaded = yaml.safe_load(text) or {}
+            try:
+                loaded = yaml.safe_load(text) or {}
+            except yaml.YAMLError as error:
+                raise ValueError(f"{source} is not valid YAML: {' '.join(str(error).split())}") from None
             if not isinstance(loaded, dict):
                 raise ValueError(f"{source}: a config is a mapping of key: value lines, got {type(loaded).__name__}.")
             cls.from_dict(loaded, source=source)
@@ -298,7 +328,10 @@ def _parse_override(key: str, raw: str) -> Any:
                 return number(raw)
             except ValueError:
                 pass
-    return yaml.safe_load(raw)
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        raise ValueError(f"--{key} {raw!r} is not a valid value: {' '.join(str(error).split())}") from None
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:

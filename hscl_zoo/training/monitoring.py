@@ -21,7 +21,7 @@ from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.config import PretrainConfig
 
 __all__ = ["collapse_warning", "diagnostics_meter", "monitor_split", "monitor_test_split", "KnnMonitor", "reduce_diagnostics",
-           "rewrite_metrics_upto"]
+           "read_metrics", "rewrite_metrics_upto"]
 
 
 def diagnostics_meter(cfg: PretrainConfig, loss_fn: ContrastiveLoss) -> DiagnosticsMeter:
@@ -94,12 +94,32 @@ class KnnMonitor:
         return torch.cat(parts).cpu()
 
 
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl file. A last line that does not parse (the run was killed
+    while writing it) is dropped with a warning naming the file; a bad line before it raises
+    ValueError naming the file and the line."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise ValueError(f"{path}, line {number}, is not a JSON record ({error}); the file was edited or "
+                                 "damaged. Remove that line, or start again with --overwrite.") from None
+            print(f"warning: {path}: dropped its last line, cut off mid-write: {line[:60]!r}", flush=True)
+    return records
+
+
 def rewrite_metrics_upto(path: Path, epoch: int) -> None:
-    """Keep the lines of epochs a checkpoint covers (a crash may have logged a later one)."""
+    """Keep the records of epochs a checkpoint covers (a crash may have logged a later one, or
+    cut the last line off)."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= epoch]
-    path.write_text("".join(line + "\n" for line in kept))
+    kept = [record for record in read_metrics(path) if record["epoch"] <= epoch]
+    path.write_text("".join(json.dumps(record) + "\n" for record in kept))
 
 
 def reduce_diagnostics(accelerator: Accelerator, meter: DiagnosticsMeter) -> dict[str, float]:

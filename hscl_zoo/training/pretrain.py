@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
+import signal
 import statistics
 import sys
 import time
@@ -55,17 +55,20 @@ from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder, create_model
 from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from hscl_zoo.training.config import PretrainConfig, parse_overrides
+from hscl_zoo.training.config import MIN_IMAGE_SIZE, PretrainConfig, parse_overrides
 from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.monitoring import (
     KnnMonitor,
     collapse_warning,
     diagnostics_meter,
+    read_metrics,
     reduce_diagnostics,
     rewrite_metrics_upto,
 )
+from hscl_zoo.training.preemption import StopOnSignal, exit_status
 from hscl_zoo.training.publishing import training_summary, write_hub_folder
 from hscl_zoo.training.resources import check_memory_fit, estimate_training_memory
+from hscl_zoo.training.run_folder import LOCK_FILE, RunFolderError, RunLock, foreign_entries, remove_run_files
 from hscl_zoo.training.steps import check_chunk_size, gradient_cache_step
 
 __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
@@ -105,14 +108,22 @@ def run_contents(run_dir: Path) -> list[str]:
 
 
 def resolve_run(cfg: PretrainConfig, args: argparse.Namespace, overrides: dict[str, str]) -> PretrainConfig:
-    """Decide what happens to output_dir: refuse, resume (with the saved config) or overwrite."""
+    """Decide what happens to output_dir: refuse, resume (with the saved config, in the folder
+    given: an output_dir the saved config names is noted, never followed) or overwrite. Reads
+    only; `claim_run_folder` repeats the checks under the run's lock before anything is written."""
     run_dir = Path(cfg.output_dir)
-    contents = run_contents(run_dir)
     if args.resume:
         saved_path = run_dir / "config.json"
         if not saved_path.is_file():
             raise SystemExit(f"error: --resume: {run_dir} holds no run (no config.json). Drop --resume to start one there.")
-        saved = PretrainConfig.from_dict(json.loads(saved_path.read_text()), source=str(saved_path))
+        try:
+            saved = PretrainConfig.from_dict(json.loads(saved_path.read_text()), source=str(saved_path))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise SystemExit(f"error: --resume: {saved_path} is not a run's config ({error}).") from None
+        if Path(saved.output_dir).resolve() != run_dir.resolve():
+            print(f"note: {saved_path} names output_dir {saved.output_dir} (the run was copied or moved); resuming in "
+                  f"{run_dir}, the folder given.", flush=True)
+        saved = dataclasses.replace(saved, output_dir=str(run_dir))
         explicit = PretrainConfig.from_sources(args.config, overrides).to_dict() if (args.config or overrides) else {}
         given = set(overrides) | (set(explicit) if args.config else set())
         changed = sorted(k for k in given - RESUMABLE_CHANGES - {"output_dir"} if explicit[k] != saved.to_dict()[k])
@@ -123,12 +134,50 @@ def resolve_run(cfg: PretrainConfig, args: argparse.Namespace, overrides: dict[s
                 "Drop them, or start a new run with another --output_dir."
             )
         return PretrainConfig.from_dict({**saved.to_dict(), **{k: explicit[k] for k in given & RESUMABLE_CHANGES}})
-    if contents and not args.overwrite:
+    check_fresh_folder(run_dir, overwrite=args.overwrite)
+    return cfg
+
+
+def check_fresh_folder(run_dir: Path, *, overwrite: bool) -> None:
+    """Refuse a new run in a folder that holds anything (a run without --overwrite; with it, files
+    no run writes)."""
+    contents = [name for name in run_contents(run_dir) if name != LOCK_FILE]
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise SystemExit(
+            f"error: output_dir {run_dir} holds files no run writes ({', '.join(foreign[:5])}"
+            f"{' ...' if len(foreign) > 5 else ''}): a run starts in a new or empty folder, and --overwrite deletes "
+            "only a run's own files. Choose another --output_dir."
+        )
+    if contents and not overwrite:
         raise SystemExit(
             f"error: output_dir {run_dir} already holds a run ({', '.join(contents)}). Pass --resume to continue it, "
             "--overwrite to delete it and start again, or choose another --output_dir."
         )
-    return cfg
+
+
+def claim_run_folder(run_dir: Path, args: argparse.Namespace, cfg: PretrainConfig) -> RunLock:
+    """Take the run's lock on `run_dir` (main process), check the folder again under it, delete
+    the old run with --overwrite and write config.json: the run's first writes."""
+    lock = RunLock(run_dir).acquire()
+    try:
+        if not args.resume:
+            check_fresh_folder(run_dir, overwrite=args.overwrite)
+            remove_run_files(run_dir)
+        (run_dir / "config.json").write_text(cfg.to_json() + "\n")
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def check_image_size(image_size: int, cfg: PretrainConfig) -> None:
+    """Refuse a run whose images (the dataset's median side, when image_size is unset) are too
+    small to augment and encode."""
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"{cfg.dataset}: its images are {image_size} px (their median shorter side), smaller than the "
+                         f"{MIN_IMAGE_SIZE} px a run trains at; set --image_size 32 (or more) to resize them, or use "
+                         "larger images.")
 
 
 def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.Optimizer:
@@ -145,8 +194,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
     it with `error: ...` and exit status 1."""
     try:
         return pretrain(sys.argv[1:] if argv is None else argv, prog)
-    except (ValueError, CheckpointError) as error:
+    except (ValueError, CheckpointError, RunFolderError) as error:
         raise SystemExit(f"error: {error}") from error
+    except KeyboardInterrupt:
+        print("interrupted outside the training loop; --resume continues from the latest checkpoint, if any.",
+              file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
 
 
 def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
@@ -177,15 +230,9 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
             f"{cfg.dataset}{f' (subset {cfg.subset})' if cfg.subset else ''}: no full batch exists. "
             f"Pass --batch_size {len(data.train)} or smaller."
         )
-    if args.overwrite and accelerator.is_main_process and run_dir.exists():
-        shutil.rmtree(run_dir)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(cfg.to_json() + "\n")
-
-    set_seed(cfg.seed)
     image_size = cfg.image_size or data.spec.image_size
+    check_image_size(image_size, cfg)
+    set_seed(cfg.seed)
     encoder = build_encoder(cfg, data, image_size)
     model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
     if accelerator.device.type == "cuda" and cfg.memory_check:
@@ -201,17 +248,65 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
     loss_fn.equal_batches = True  # the loader drops the last incomplete batch: batch_size / processes images each
     monitor = KnnMonitor(data, cfg, accelerator.device) if accelerator.is_main_process and data.class_names else None
-    if cfg.log_with:
-        accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
 
-    start_epoch = 1
+    lock = claim_run_folder(run_dir, args, cfg) if accelerator.is_main_process else None
+    try:
+        accelerator.wait_for_everyone()
+        if cfg.log_with:
+            accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
+        with StopOnSignal(on_force_exit=lock.release if lock else None) as stop:
+            stopped = train_epochs(cfg, args, accelerator, run_dir, encoder, model, data, monitor, train_set, augment,
+                                   loader, forward, optimizer, loss_fn, fast=fast, plan=plan, stop=stop)
+        if stopped is not None:
+            accelerator.end_training()
+            raise SystemExit(exit_status(stopped))
+        result: dict[str, Any] = {}
+        if accelerator.is_main_process:
+            result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
+                                config_path=args.config)
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+        return result
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train_epochs(
+    cfg: PretrainConfig,
+    args: argparse.Namespace,
+    accelerator: Accelerator,
+    run_dir: Path,
+    encoder: ContrastiveEncoder,
+    model: torch.nn.Module,
+    data: LoadedData,
+    monitor: KnnMonitor | None,
+    train_set: Dataset,
+    augment: BatchSimCLRAugment | None,
+    loader: Any,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: ContrastiveLoss,
+    *,
+    fast: dict[str, bool],
+    plan: dict[str, Any],
+    stop: StopOnSignal,
+) -> int | None:
+    """The epochs still to train (after the latest checkpoint with --resume, from within an epoch
+    when a signal stopped it there), each logged to metrics.jsonl and checkpointed when due.
+    Returns the signal that stopped training (after a checkpoint and the resume instructions),
+    or None when every epoch ran."""
+    start_epoch, start_step, carried = 1, 0, (0.0, 0)
     metrics_path = run_dir / "metrics.jsonl"
+    generator = augment.generator if augment is not None else None
     if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(accelerator, checkpoint, queue=loss_fn.queue)
-        start_epoch = state["epoch"] + 1
+        state = load_checkpoint(accelerator, checkpoint, queue=loss_fn.queue, generator=generator)
+        start_epoch, start_step = state["epoch"] + 1, state.get("step", 0)
+        carried = (state.get("loss_sum", 0.0), start_step)
         if accelerator.is_main_process:
             rewrite_metrics_upto(metrics_path, state["epoch"])
-            print(f"resuming {run_dir} after epoch {state['epoch']} ({checkpoint.name})", flush=True)
+            within = f", step {start_step} of epoch {start_epoch}" if start_step else ""
+            print(f"resuming {run_dir} after epoch {state['epoch']}{within} ({checkpoint.name})", flush=True)
     elif accelerator.is_main_process and metrics_path.exists():
         metrics_path.unlink()
 
@@ -219,12 +314,27 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     for epoch in range(start_epoch, cfg.epochs + 1):
         loader.set_epoch(epoch)
         train_set.set_epoch(epoch)
-        if augment is not None:
+        skip = start_step if epoch == start_epoch else 0
+        if augment is not None and not skip:
             augment.set_epoch(epoch, rank=accelerator.process_index)
         loss_fn.set_epoch(epoch)
+        epoch_loader = loader
+        if skip:  # a fresh loader starts its own epoch count at 0: set it, or it would shuffle as epoch 0
+            epoch_loader = accelerator.skip_first_batches(loader, skip)
+            epoch_loader.set_epoch(epoch)
         model.train()
-        record = train_epoch(cfg, epoch, accelerator, loader, augment, forward, optimizer, loss_fn,
-                             channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"])
+        record = train_epoch(cfg, epoch, accelerator, epoch_loader, augment, forward, optimizer, loss_fn,
+                             channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"],
+                             start_step=skip, carried=carried if skip else (0.0, 0), stop=stop)
+        if "stopped_by" in record:
+            save_checkpoint(accelerator, run_dir, epoch - 1, {"config": cfg.to_dict(), "loss_sum": record["loss_sum"]},
+                            step=record["step"], keep=cfg.keep_checkpoints, queue=loss_fn.queue, generator=generator)
+            if accelerator.is_main_process:
+                name = signal.Signals(record["stopped_by"]).name
+                print(f"{name}: stopped in epoch {epoch} after step {record['step']}; checkpoint written to "
+                      f"{run_dir / 'checkpoints'}. Continue with the same launch command and --output_dir {run_dir} "
+                      "--resume", flush=True)
+            return record["stopped_by"]
         if accelerator.is_main_process:
             if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
                 monitor_started = time.perf_counter()
@@ -243,14 +353,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
             save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints,
                             queue=loss_fn.queue)
         last_record = time.perf_counter()
-
-    result: dict[str, Any] = {}
-    if accelerator.is_main_process:
-        result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
-                            config_path=args.config)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return result
+    return None
 
 
 def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
@@ -372,17 +475,26 @@ def train_epoch(
     *,
     channels_last: bool,
     diagnostics_every: int = 1,
+    start_step: int = 0,
+    carried: tuple[float, int] = (0.0, 0),
+    stop: StopOnSignal | None = None,
 ) -> dict[str, Any]:
     """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
 
     `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
     having finished the last one; the loss is read back from the device every `LOG_EVERY` steps
-    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps."""
+    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps.
+
+    A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
+    and count of the steps before it (the diagnostics cover only the steps after it). When `stop`
+    reports a signal after a step, the pass ends there and the record is instead
+    ``{"stopped_by": signal, "step": steps done in the epoch, "loss_sum": their summed loss}``."""
     meter = diagnostics_meter(cfg, loss_fn)
-    loss_sum = torch.zeros((), device=accelerator.device)
-    steps, seen, started = 0, 0, time.perf_counter()
-    bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False)
-    for step, (images, labels, _) in enumerate(bar):
+    loss_sum = torch.full((), carried[0], device=accelerator.device)
+    steps, seen, started = carried[1], 0, time.perf_counter()
+    bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
+               initial=start_step)
+    for step, (images, labels, _) in enumerate(bar, start_step):
         views = augment(images) if augment is not None else images
         B, V = views.shape[:2]
         optimizer.zero_grad(set_to_none=True)
@@ -404,6 +516,9 @@ def train_epoch(
             meter.update(z.detach().float(), labels)
         if step % LOG_EVERY == 0 and not bar.disable:
             bar.set_postfix(loss=f"{loss.item():.4f}")
+        if stop is not None and (signum := stop.requested(accelerator)) is not None:
+            bar.close()
+            return {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
     if accelerator.device.type == "cuda":
         torch.cuda.synchronize(accelerator.device)
     seconds = time.perf_counter() - started
@@ -441,7 +556,7 @@ def export_run(
                                       device=device)
         encoder.classifier.load_state_dict(evaluation.pop("head"))
         (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
-    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    history = read_metrics(run_dir / "metrics.jsonl")
     training = training_summary(cfg, num_processes, len(data.class_names) or 1, config_path)
     hub_dir = write_hub_folder(encoder, run_dir / "hub", training=training, evaluation=evaluation, history=history)
     later = [h["views_per_second"] for h in history if h["epoch"] >= 2]
