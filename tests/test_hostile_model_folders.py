@@ -118,6 +118,7 @@ HOSTILE = {
     "bool-in-mean": (set_("pretrained_cfg.mean", [True, 0.5, 0.5]), "pretrained_cfg.mean", "got true"),
     "bool-crop": (set_("pretrained_cfg.crop_pct", True), "pretrained_cfg.crop_pct", "must be a finite number, got true"),
     "float-classes": (set_("num_classes", 3.0), "num_classes", "must be an integer, got 3.0"),
+    "bool-classes": (edits(set_("num_classes", True), drop("label_names")), "num_classes", "must be an integer, got true"),
     "numeric-labels": (set_("label_names", [1, 2, 3]), "label_names", "list of strings"),
     "training-not-object": (set_("training", "x"), "training", "give the training summary as an object"),
     "args-not-object": (set_("model_args", []), "model_args", "must be a JSON object"),
@@ -149,19 +150,17 @@ def test_oversized_config_is_refused_unread(saved, tmp_path):
 
 
 def test_bounds_admit_every_real_use(model):
-    """The largest real values sit inside the bounds: Bamboo's 115,217 classes and more, a
-    Barlow Twins 8,192-wide projector and more, Sapiens' 1,024-px input with 16-px patches."""
+    """The largest real values fit (Bamboo's 115,217 classes, a Barlow Twins 8,192-wide projector,
+    Sapiens' 1,024-px input in 16-px patches), and so do the documented bounds themselves."""
     config = json.loads(json.dumps(model.model_config()))
     config.pop("label_names")
-    config.update(num_classes=schema.MAX_NUM_CLASSES, training=None)
-    config["pretrained_cfg"].update(input_size=[3, 2048, 2048], crop_pct=1.0)
-    config["model_args"].update(image_size=2048, img_size=2048, patch_size=32, proj_dim=schema.MAX_PROJ_DIM,
-                                proj_hidden_dim=schema.MAX_PROJ_DIM, drop_rate=0.0, drop_path_rate=0.99,
-                                small_stem=None)
-    assert schema.check_config(config) is config
-    config["model_args"].update(image_size=1024, img_size=1024, patch_size=16)
-    config["pretrained_cfg"].update(input_size=[3, 1024, 1024], crop_pct=1e-3)
-    assert schema.check_config(config) is config
+    config["training"] = None
+    for classes, width, image, patch in ((115_217, 8_192, 1_024, 16), (200_000, 16_384, 2_048, 32)):
+        config["num_classes"] = classes
+        config["pretrained_cfg"].update(input_size=[3, image, image], crop_pct=1e-3)
+        config["model_args"].update(image_size=image, img_size=image, patch_size=patch, proj_dim=width,
+                                    proj_hidden_dim=width, drop_rate=0.0, drop_path_rate=0.99, small_stem=None)
+        assert schema.check_config(config) is config
 
 
 def test_save_refuses_a_model_its_folder_could_not_load(tmp_path):
