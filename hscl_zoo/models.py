@@ -267,29 +267,16 @@ class ContrastiveEncoder(nn.Module):
     def from_config(cls, config: Mapping[str, Any]) -> ContrastiveEncoder:
         """Rebuild an untrained encoder from ``model_config()`` output (e.g. a loaded config.json).
 
-        Raises ``ValueError`` naming the missing or malformed fields, so a plain timm config or a
-        hand-edited file is caught before any weights are touched.
+        The config is checked against :mod:`hscl_zoo.zoo.schema` first (a ``ValueError`` naming the
+        key and the fix), so a plain timm config or a hand-edited file is caught before anything is
+        built, and only the schema's ``TIMM_KWARGS`` reach ``timm.create_model``.
         """
-        if not isinstance(config, Mapping):
-            raise ValueError(f"An encoder config must be a mapping, got {type(config).__name__}.")
-        missing = [k for k in ("architecture", "num_classes", "pretrained_cfg", "model_args") if k not in config]
-        model_args = config.get("model_args") or {}
-        missing += [f"model_args.{k}" for k in _MODEL_ARG_KEYS if k not in model_args]
-        pretrained_cfg = config.get("pretrained_cfg") or {}
-        missing += [f"pretrained_cfg.{k}" for k in ("input_size", "mean", "std") if k not in pretrained_cfg]
-        if missing:
-            hint = ""
-            if config.get("library_name") != CONFIG_LIBRARY_NAME and "architecture" in config:
-                hint = (" It looks like a plain timm checkpoint config; load that with "
-                        "timm.create_model('hf-hub:<repo>', pretrained=True) instead.")
-            raise ValueError(f"Config is not an hscl_zoo encoder config: missing {', '.join(missing)}.{hint} "
-                             "Write configs with hscl_zoo.save_pretrained(model, directory).")
+        from hscl_zoo.zoo.schema import TIMM_KWARGS, check_config
+
+        check_config(dict(config) if isinstance(config, Mapping) else config)
+        model_args, pretrained_cfg = config["model_args"], config["pretrained_cfg"]
         image_size = model_args["image_size"]
-        input_size = list(pretrained_cfg["input_size"])
-        if input_size != [3, image_size, image_size]:
-            raise ValueError(f"Config disagrees with itself: pretrained_cfg.input_size {input_size} vs "
-                             f"model_args.image_size {image_size}; re-save it with hscl_zoo.save_pretrained.")
-        extra = {k: v for k, v in model_args.items() if k not in _MODEL_ARG_KEYS}
+        timm_kwargs = {k: model_args[k] for k in TIMM_KWARGS if k in model_args}
         return cls(
             config["architecture"],
             config["num_classes"],
@@ -303,7 +290,7 @@ class ContrastiveEncoder(nn.Module):
             interpolation=pretrained_cfg.get("interpolation", "bicubic"),
             crop_pct=pretrained_cfg.get("crop_pct", 1.0),
             crop_mode=pretrained_cfg.get("crop_mode", "center"),
-            **extra,
+            **timm_kwargs,
         )
 
     @classmethod

@@ -10,12 +10,17 @@ Saving and pushing them is :mod:`hscl_zoo.zoo.saving`. Sources ``hscl_zoo.load``
 Downloads go through ``huggingface_hub.hf_hub_download`` into the standard Hub cache, so
 ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE`` and ``local_files_only`` behave as everywhere else. Weights are
 loaded strictly: every key the config's architecture expects must be in the file, and nothing else.
+
+A model folder is data, not code: config.json is checked against :mod:`hscl_zoo.zoo.schema` before
+anything is built; the architecture is then built on the meta device and compared with the
+safetensors header, so memory is allocated only for tensors the file really holds; and a local
+folder's two files must lie inside it (no symlink out of it). Loading a folder never touches the
+network or any file outside it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +31,13 @@ from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 import hscl_zoo.zoo.registry as registry
 from hscl_zoo._version import __version__
 from hscl_zoo.models import ContrastiveEncoder
+from hscl_zoo.zoo.schema import read_config
 
 __all__ = [
     "CONFIG_NAME",
@@ -43,6 +49,7 @@ __all__ = [
     "ConfigMismatchError",
     "parse_source",
     "load",
+    "check_weights",
     "load_weights",
     "sha256_file",
 ]
@@ -198,17 +205,13 @@ def _local_files(path: Path) -> tuple[Path, Path]:
             hint = " Pickled checkpoints are not loaded; re-save the model with hscl_zoo.save_pretrained."
         raise FileNotFoundError(f"{path} lacks {' and '.join(missing)}: it is not a folder written by "
                                 f"hscl_zoo.save_pretrained(model, directory).{hint}")
+    folder = path.resolve()
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        target = (path / name).resolve()
+        if not target.is_relative_to(folder):
+            raise ValueError(f"{path / name} links to {target}, outside the model folder {folder}; a folder's files "
+                             "must lie inside it: copy the file in (cp -L) instead of linking to it.")
     return path / CONFIG_NAME, path / WEIGHTS_NAME
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); re-save the model with hscl_zoo.save_pretrained.") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(config).__name__}.")
-    return config
 
 
 def _check_sha256(path: Path, expected: str, what: str) -> None:
@@ -219,19 +222,26 @@ def _check_sha256(path: Path, expected: str, what: str) -> None:
             "was replaced; delete it (and the blob it links to) and load again with network access.")
 
 
-def load_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str], *, config_path: str | None = None) -> None:
-    """Load a safetensors file into ``model`` strictly, naming every missing, unexpected or
-    mis-shaped key if the file does not match the model built from its config."""
+def _file_shapes(weights_path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes a safetensors file declares, read from its header alone."""
     try:
-        state = load_file(os.fspath(weights_path), device="cpu")
+        with safe_open(os.fspath(weights_path), framework="pt", device="cpu") as handle:
+            return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{weights_path} is not a readable safetensors file ({err}); re-save it with "
                          "hscl_zoo.save_pretrained.") from None
-    expected = model.state_dict()
+
+
+def check_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str], *, config_path: str | None = None) -> None:
+    """Raise ``ConfigMismatchError`` naming every missing, unexpected or mis-shaped key if the
+    safetensors file does not match ``model``. Reads the file's header only, so ``model`` may live
+    on the meta device and nothing is allocated for a file that does not fit."""
+    state = _file_shapes(weights_path)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
-    shapes = sorted(f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
-                    for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+    shapes = sorted(f"{k}: file {state[k]} vs model {expected[k]}"
+                    for k in set(state) & set(expected) if state[k] != expected[k])
     if missing or unexpected or shapes:
         def listing(keys: list[str]) -> str:
             return ", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
@@ -247,7 +257,25 @@ def load_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str]
             f"{weights_path} does not match the {model.backbone_name} encoder described by {config} "
             f"({'; '.join(p for p in parts if p)}).{hint} Save the weights and the config from the same model "
             "with hscl_zoo.save_pretrained(model, directory).")
+
+
+def load_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str], *, config_path: str | None = None) -> None:
+    """Load a safetensors file into ``model`` strictly; a file that does not match is refused by
+    ``check_weights`` before any tensor is read."""
+    check_weights(model, weights_path, config_path=config_path)
+    try:
+        state = load_file(os.fspath(weights_path), device="cpu")
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{weights_path} is not a readable safetensors file ({err}); re-save it with "
+                         "hscl_zoo.save_pretrained.") from None
     model.load_state_dict(state, strict=True)
+
+
+def _build(config: dict[str, Any], config_path: Path) -> ContrastiveEncoder:
+    try:
+        return ContrastiveEncoder.from_config(config)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{config_path}: {err}") from None
 
 
 def load(
@@ -282,11 +310,10 @@ def load(
     if entry is not None:
         _check_sha256(weights_path, entry.sha256, f"the registry entry {entry.name} ({entry.hub_repo}@{entry.revision})")
 
-    config = _read_config(config_path)
-    try:
-        model = ContrastiveEncoder.from_config(config)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{config_path}: {err}") from None
+    config = read_config(config_path)
+    with torch.device("meta"):
+        check_weights(_build(config, config_path), weights_path, config_path=str(config_path))
+    model = _build(config, config_path)
     load_weights(model, weights_path, config_path=str(config_path))
     model.training_summary = config.get("training")
     return model.to(torch.device(device) if device is not None else "cpu").eval()

@@ -19,6 +19,7 @@ from torch import nn
 from hscl_zoo._version import __version__
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.zoo.hub import CONFIG_NAME, WEIGHTS_NAME, check_repo_id, sha256_file
+from hscl_zoo.zoo.schema import check_config
 
 __all__ = ["TRAINING_KEYS", "PushResult", "save_pretrained", "push_to_hub"]
 
@@ -66,6 +67,7 @@ def _config_json(model: ContrastiveEncoder, training: Mapping[str, Any] | None) 
     config = model.model_config()
     if training is not None:
         config["training"] = _check_training(training)
+    check_config(config, where=f"the {CONFIG_NAME} to save")
     try:
         return json.dumps(config, indent=2, sort_keys=False, allow_nan=False) + "\n"
     except (TypeError, ValueError) as err:
@@ -81,6 +83,8 @@ def save_pretrained(
 ) -> Path:
     """Write ``model.safetensors`` and ``config.json`` (with the training summary) to a folder.
 
+    The config is checked against :mod:`hscl_zoo.zoo.schema` first, so a folder that saves also
+    loads (a model built with timm keyword arguments outside ``schema.TIMM_KWARGS`` is refused).
     Both files are written to temporary names first and renamed into place only when both are
     complete, so a failed save never damages a good folder; other files in it (a README.md card,
     metrics) are left alone. DDP / torch.compile wrappers are unwrapped so keys carry no prefix.
