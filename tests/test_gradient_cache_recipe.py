@@ -26,16 +26,15 @@ def recipe():
     return load_recipe()
 
 
-def reference_step(run: Path, views_per_chunk: int | None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def reference_step(run: Path, images_per_chunk: int | None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(initial weights, weights after one step) of the run's first step done with plain autograd,
-    the flattened views encoded `views_per_chunk` at a time (None: all at once)."""
+    the images encoded `images_per_chunk` at a time with all their views (None: all at once)."""
     cfg, encoder, ((x, y),) = first_step_inputs(run)
     model = encoder.projection_network()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     optimizer = build_optimizer(cfg, model.parameters(), fused=False)
-    flat = x.flatten(0, 1)
-    step = views_per_chunk or len(flat)
-    z = torch.cat([model(flat[i:i + step]) for i in range(0, len(flat), step)]).view(*x.shape[:2], -1)
+    chunks = x.split(images_per_chunk or len(x))
+    z = torch.cat([model(chunk.flatten(0, 1)) for chunk in chunks]).view(*x.shape[:2], -1)
     hscl_zoo.build_loss(cfg.method, **cfg.loss_kwargs())(z, y).backward()
     optimizer.step()
     return before, model.state_dict()
@@ -79,8 +78,7 @@ def test_gradient_cache_step_accumulates_the_per_chunk_gradient():
     loss_fn = hscl_zoo.build_loss("hscl-beta", beta=1.0)
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
-    flat = views.flatten(0, 1)
-    z = torch.cat([model(flat[i:i + 4]) for i in range(0, 12, 4)]).view(6, 2, -1)
+    z = torch.cat([model(chunk.flatten(0, 1)) for chunk in views.split(4)]).view(6, 2, -1)  # 4 images, then 2
     expected_loss = loss_fn(z, labels)
     expected_loss.backward()
     expected = {name: p.grad.clone() for name, p in model.named_parameters()}
