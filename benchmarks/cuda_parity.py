@@ -44,6 +44,13 @@ def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
+def judge(rows: list[dict[str, Any]]) -> bool:
+    """Mark each row ``ok`` when its gap is within its tolerance (a NaN gap is not); True if all are."""
+    for row in rows:
+        row["ok"] = bool(row["gap"] <= row["tolerance"])
+    return all(row["ok"] for row in rows)
+
+
 def loss_checks(device: torch.device) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(0)
     features = torch.randn(256, 2, 128, generator=gen)
@@ -132,16 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     for check in checks:
         result = check(device)
         rows += result if isinstance(result, list) else [result]
+    passed = judge(rows)
     print(f"CPU vs {device} ({name}), torch {torch.__version__}\n")
     print("| check | relative gap | tolerance | ok |\n|---|---:|---:|---|")
     for row in rows:
-        row["ok"] = row["gap"] <= row["tolerance"]
         print(f"| {row['check']} | {row['gap']:.2e} | {row['tolerance']:.0e} | {'yes' if row['ok'] else 'NO'} |")
     if args.json is not None:
         args.json.write_text(json.dumps({"device": str(device), "device_name": name, "torch": torch.__version__,
                                          "checks": rows}, indent=2) + "\n")
         print(f"\nwrote {args.json}")
-    return 0 if all(row["ok"] for row in rows) else 1
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ One step's gradient (zero_grad, forward, loss, backward; the optimiser step is t
 and left out) on --images images x --views views of a timm backbone with the projection head:
 
 * direct: every view encoded in one graph, the loss, backward (what pretraining does today);
-* cache:  ``hscl_zoo.gradient_cache_backward`` with chunks of --chunk-size images.
+* cache:  ``hscl_zoo.gradient_cache_backward`` with chunks of --chunk-size images (each with its views).
 
 Memory: on CUDA, torch.cuda.max_memory_allocated above the allocation before the step; on the
 CPU, the growth of the process's peak resident set (VmHWM, reset through /proc/self/clear_refs)
@@ -15,7 +15,7 @@ is in training mode: BatchNorm normalises per chunk under the cache (see hscl_zo
 Time: wall clock and, as the CPU here is shared, the process's CPU time (on a loaded host run with
 --threads 1: idle OpenMP threads spin and inflate both).
 
-    python benchmarks/gradient_cache_bench.py --threads 1      # CPU: 2048 images x 2 views, chunks of 256
+    python benchmarks/gradient_cache_bench.py --threads 1      # CPU: 2048 images x 2 views, chunks of 128 images
     python benchmarks/gradient_cache_bench.py --device cuda --images 4096 --steps 5
 
 Writes benchmarks/results/gradient_cache_<machine>.json unless --json says otherwise.
@@ -111,7 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--images", type=int, default=2048, help="images per step (embeddings = images x views)")
     p.add_argument("--views", type=int, default=2)
-    p.add_argument("--chunk-size", type=int, default=256, help="images encoded at once by the cache")
+    p.add_argument("--chunk-size", type=int, default=128,
+                   help="images encoded at once by the cache, each with its --views views (as recipes count chunk_size)")
     p.add_argument("--backbone", default="resnet18")
     p.add_argument("--stem", choices=["default", "small"], default="default",
                    help="timm's stem, or the CIFAR stem (3x3 conv, no max-pool: 16x the activations at 32 px)")
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     loss_fn = hscl_zoo.build_loss(args.loss)
     views = torch.randn(args.images, args.views, 3, args.image_size, args.image_size, device=device)
     labels = torch.randint(0, 10, (args.images,), device=device)
-    warm = min(args.images, 2 * args.chunk_size // args.views)
+    warm = min(args.images, 2 * args.chunk_size)
     for mode in MODES:
         gradient_step(mode, model, loss_fn, views[:warm], labels[:warm], args.chunk_size)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from hscl_zoo.reproduction.runs import code_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,15 +38,9 @@ def machine(device: str = "cpu") -> dict[str, Any]:
 
 
 def git_commit(root: Path = ROOT) -> str | None:
-    """HEAD of this checkout (or of the one at `root`), with "+dirty" when tracked files had
-    uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    """HEAD of this checkout (or of the one at `root`), with "+dirty" when any file of it, tracked or
+    untracked (not ignored), differs from HEAD: a measurement made from uncommitted code says so."""
+    return code_commit(root, paths=())
 
 
 def utc_now() -> str:

@@ -114,7 +114,10 @@ def test_linear_probe_learns_digits_and_records_protocol(pixel_features):
     train_f, train_y, test_f, test_y = pixel_features
     result = linear_probe(train_f, train_y, test_f, test_y, num_classes=10, epochs=30, progress=False)
     assert result.top1 > 90 and result.train_top1 > 95
-    assert result.top1 <= result.top5 <= 100
+    logits = test_f.float() @ result.head["weight"].T + result.head["bias"]
+    ranks = (logits > logits.gather(1, test_y.long().view(-1, 1))).sum(dim=1)  # classes scored above the true one
+    assert result.top1 == pytest.approx(100.0 * float((ranks == 0).double().mean()), rel=1e-6)
+    assert result.top5 == pytest.approx(100.0 * float((ranks < 5).double().mean()), rel=1e-6)
     assert result.protocol["optimizer"] == "Adam" and result.protocol["epochs"] == 30
     assert result.protocol["augmentation"] is False and result.protocol["report"] == "last epoch"
     json.dumps(result.protocol)

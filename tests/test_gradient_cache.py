@@ -63,7 +63,7 @@ def direct(model, loss_fn, views, labels, chunk_size) -> torch.Tensor:
 
 def chunked_reference(model, loss_fn, views, labels, chunk_size) -> torch.Tensor:
     flat = views.flatten(0, 1)
-    z = torch.cat([model(chunk) for chunk in flat.split(chunk_size)])
+    z = torch.cat([model(chunk) for chunk in flat.split(chunk_size * views.shape[1])])  # chunk_size images
     loss = loss_fn(z.view(*views.shape[:2], -1), labels)
     loss.backward()
     return loss.detach()
@@ -108,7 +108,7 @@ def assert_same_step(ref: Run, ours: Run, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("chunk_size", [1, 5, B * V])
+@pytest.mark.parametrize("chunk_size", [1, 5, B])
 @pytest.mark.parametrize("loss_name,labels", [("hscl-beta", LABELS), ("ucl", None)])
 def test_equals_one_big_batch_without_batch_statistics(dtype, chunk_size, loss_name, labels):
     views = make_views(dtype)
@@ -126,7 +126,7 @@ def test_dropout_replays_the_same_masks_in_both_passes():
     def noisy_loss(features, labels):  # draws random numbers too, between the two passes
         return hscl(features + 1e-3 * torch.randn_like(features), labels)
 
-    ref, ours = run_both(make, chunked_reference, views, LABELS, 4, noisy_loss)
+    ref, ours = run_both(make, chunked_reference, views, LABELS, 2, noisy_loss)
     assert_same_step(ref, ours, torch.float64)
     assert torch.equal(ours.rng_after, ref.rng_after), "the generator should end where the reference leaves it"
 
@@ -157,14 +157,14 @@ def test_per_chunk_batchnorm_equals_chunked_model_and_updates_running_stats_once
     views = make_views()
     make = lambda: prepare_batchnorm(SmallNet("batch").double(), "per-chunk")  # noqa: E731
     initial = bn_state(make())
-    ref, ours = run_both(make, chunked_reference, views, LABELS, 4)
+    ref, ours = run_both(make, chunked_reference, views, LABELS, 2)
     assert_same_step(ref, ours, torch.float64)
     state = bn_state(ours.model)
     assert_grads_close(state, bn_state(ref.model), rtol=1e-12, atol=0)
-    assert int(state["features.1.num_batches_tracked"]) == 3  # one update per chunk, not two
+    assert int(state["features.1.num_batches_tracked"]) == 3  # 6 images in chunks of 2: one update per chunk, not two
     assert not torch.equal(state["features.1.running_mean"], initial["features.1.running_mean"])
     # What "per chunk" means: it is not the gradient of the model normalising the whole batch.
-    big, _ = run_both(make, direct, views, LABELS, 4)
+    big, _ = run_both(make, direct, views, LABELS, 2)
     assert not torch.allclose(grads(ours.model)["features.0.weight"], grads(big.model)["features.0.weight"], rtol=1e-3)
 
 
@@ -176,8 +176,8 @@ def test_sync_batchnorm_converts_and_in_one_process_normalises_per_chunk():
     kinds = {type(m) for m in synced.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
     assert kinds == {nn.SyncBatchNorm}
     loss_fn = build_loss("hscl-beta")
-    plain_loss = cached(plain, loss_fn, views, LABELS, 4)
-    sync_loss = cached(synced, loss_fn, views, LABELS, 4)
+    plain_loss = cached(plain, loss_fn, views, LABELS, 2)
+    sync_loss = cached(synced, loss_fn, views, LABELS, 2)
     torch.testing.assert_close(sync_loss, plain_loss, rtol=1e-12, atol=0)
     assert_grads_close(grads(synced), grads(plain), rtol=1e-12, atol=0)
     assert_grads_close(bn_state(synced), bn_state(plain), rtol=1e-12, atol=0)
@@ -202,9 +202,9 @@ def test_plain_function_with_module_restores_buffers_and_needs_module():
     model = SmallNet("batch").double()
     loss_fn = build_loss("scl")
     with pytest.raises(ValueError, match="module="):
-        gradient_cache_backward(lambda x: model(x), loss_fn, views, LABELS, chunk_size=4)
-    gradient_cache_backward(lambda x: model(x), loss_fn, views, LABELS, chunk_size=4, module=model)
-    assert int(model.features[1].num_batches_tracked) == 3
+        gradient_cache_backward(lambda x: model(x), loss_fn, views, LABELS, chunk_size=2)
+    gradient_cache_backward(lambda x: model(x), loss_fn, views, LABELS, chunk_size=2, module=model)
+    assert int(model.features[1].num_batches_tracked) == 3  # 6 images in chunks of 2
 
 
 @pytest.mark.parametrize(
@@ -214,7 +214,7 @@ def test_plain_function_with_module_restores_buffers_and_needs_module():
         (dict(chunk_size=-3), "positive integer"),
         (dict(chunk_size=2.0), "positive integer"),
         (dict(chunk_size=True), "positive integer"),
-        (dict(chunk_size=13), r"exceeds the 12 images .*pass chunk_size <= 12"),
+        (dict(chunk_size=7), r"exceeds the 6 images .*pass chunk_size <= 6"),
         (dict(chunk_size=4, views=torch.zeros(12, 3, SIZE, SIZE)), r"\(B, V, C, H, W\).*x.view"),
         (dict(chunk_size=4, encode=lambda m: (lambda x: m(x)[:, None])), r"\(n, d\) embeddings"),
     ],
@@ -229,7 +229,7 @@ def test_bad_input_is_a_clear_error(kwargs, match):
 
 # ------------------------------------------------------------------------------------------ two processes
 
-SIZES = (3, 5)  # images per process; with V = 2 and chunks of 4: 2 and 3 chunks
+SIZES = (3, 5)  # images per process; in chunks of 2 images: 2 and 3 chunks
 # GroupNorm: no collective in the forward pass, so unequal chunk counts are fine; BatchNorm under
 # DDP broadcasts buffers in every forward pass, so the processes get as many images each.
 DISTRIBUTED_CASES = [("group", SIZES), ("batch", (4, 4))]
@@ -267,12 +267,12 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
             calls = [0]
             model.register_comm_hook(None, _counting_hook(calls))
             part = _local(sizes, rank)
-            loss = gradient_cache_backward(model, loss_fn, views[part], labels[part], chunk_size=4)
+            loss = gradient_cache_backward(model, loss_fn, views[part], labels[part], chunk_size=2)
             results[norm] = (loss, grads(model.module), calls[0])
         for name, model in [("ddp-bn", nn.parallel.DistributedDataParallel(SmallNet("batch").double())),
                             ("syncbn", prepare_batchnorm(SmallNet("batch").double(), "sync"))]:
             try:
-                gradient_cache_backward(model, loss_fn, views[mine], labels[mine], chunk_size=4)
+                gradient_cache_backward(model, loss_fn, views[mine], labels[mine], chunk_size=2)
                 results[name] = "no error"
             except ValueError as error:
                 results[name] = str(error)

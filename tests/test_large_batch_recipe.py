@@ -9,11 +9,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from hscl_zoo import assumption_fraction, build_loss, lemma_losses
 from hscl_zoo.losses.queue import MemoryQueue
 from hscl_zoo.training import PretrainConfig
 from hscl_zoo.training.publishing import training_summary
 from hscl_zoo.training.steps import check_chunk_size
-from test_pretrain import ONE_STEP, load_recipe, run_main
+from test_pretrain import ONE_STEP, first_step_inputs, load_recipe, run_main
 
 
 @pytest.fixture(scope="module")
@@ -26,27 +27,33 @@ def history(run: Path) -> list[dict]:
 
 
 def test_chunked_run_with_device_augmentation_and_channels_last_completes_and_logs(recipe, tmp_path):
-    """64 images x 2 views encoded in 4 chunks of 32, from the batched augmentation, channels_last."""
+    """64 images x 2 views encoded in 4 chunks of 16 images (32 views), from the batched augmentation, channels_last."""
     run = tmp_path / "chunked"
-    result = recipe.main([*ONE_STEP, "--output_dir", str(run), "--chunk_size", "32", "--gpu_augment", "true",
+    result = recipe.main([*ONE_STEP, "--output_dir", str(run), "--chunk_size", "16", "--gpu_augment", "true",
                           "--channels_last", "true"])
     assert Path(result["hub_dir"]) == run / "hub"
     (record,) = history(run)
-    assert record["train_loss"] > 0 and 0.0 <= record["assumption_fraction"] <= 1.0
-    assert all(isinstance(record[k], float) for k in ("loss_ucl", "loss_scl", "loss_hucl", "loss_hscl"))
-    assert json.loads((run / "config.json").read_text())["chunk_size"] == 32
+    cfg, encoder, ((x, y),) = first_step_inputs(run)
+    with torch.no_grad():  # the step's embeddings: each chunk of 16 images normalised by its own BatchNorm statistics
+        z = torch.cat([encoder.project(chunk.flatten(0, 1)) for chunk in x.split(16)]).view(*x.shape[:2], -1)
+    assert record["train_loss"] == pytest.approx(build_loss(cfg.method, **cfg.loss_kwargs())(z, y).item(), rel=1e-5)
+    assert record["assumption_fraction"] == pytest.approx(assumption_fraction(z, y, temperature=cfg.temperature,
+                                                                              beta=cfg.beta), rel=1e-9)
+    lemma = lemma_losses(z, y, temperature=cfg.temperature, beta=cfg.beta)
+    assert {k: record[f"loss_{k}"] for k in lemma} == pytest.approx(lemma, rel=1e-5)
+    assert json.loads((run / "config.json").read_text())["chunk_size"] == 16
 
 
 def test_chunk_larger_than_the_batch_is_refused(recipe, tmp_path, capsys):
-    message = run_main(recipe, [*ONE_STEP, "--output_dir", str(tmp_path / "r"), "--chunk_size", "129"], capsys)
-    assert "chunk_size=129" in message and "1..128" in message
+    message = run_main(recipe, [*ONE_STEP, "--output_dir", str(tmp_path / "r"), "--chunk_size", "65"], capsys)
+    assert "chunk_size=65" in message and "1..64" in message and "counts the images" in message
     assert not (tmp_path / "r").exists()
 
 
 def test_chunk_larger_than_one_process_share_is_refused():
-    check_chunk_size(64, batch_size=64, views=2, num_processes=2)
-    with pytest.raises(ValueError, match=r"chunk_size=65 exceeds the 64 images .* pass chunk_size <= 64"):
-        check_chunk_size(65, batch_size=64, views=2, num_processes=2)
+    check_chunk_size(32, batch_size=64, views=2, num_processes=2)
+    with pytest.raises(ValueError, match=r"chunk_size=33 exceeds the 32 images .* pass chunk_size <= 32"):
+        check_chunk_size(33, batch_size=64, views=2, num_processes=2)
 
 
 @pytest.mark.parametrize("bad, expected", [

@@ -110,11 +110,10 @@ def test_resume_after_a_kill_equals_the_uninterrupted_run(tmp_path):
 ONE_STEP = ["--subset", "64", "--batch_size", "64", "--epochs", "1", "--probe_epochs", "1", "--monitor_train_size", "64"]
 
 
-def recompute_first_step(out: Path, processes: int = 1) -> tuple[float, float]:
-    """The first step's loss of the run in `out`, recomputed in this process from its config: the
-    recipe's initial weights (seeded as the recipe seeds them), the same views (CPU pipeline or
-    batched augmentation, per process), each process's BatchNorm over its own images as in DDP.
-    Returns (loss of the global batch, mean of the per-process losses without gathering)."""
+def first_step_inputs(out: Path, processes: int = 1):
+    """What the first step of the run in `out` started from, rebuilt in this process from its
+    config: (config, the recipe's initial encoder (seeded as the recipe seeds it), per process the
+    (views (B, V, C, H, W), labels) it encoded: CPU pipeline or batched augmentation)."""
     hub_config = json.loads((out / "hub" / "config.json").read_text())
     cfg = PretrainConfig.from_dict(json.loads((out / "config.json").read_text()))
     data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed)
@@ -127,17 +126,26 @@ def recompute_first_step(out: Path, processes: int = 1) -> tuple[float, float]:
         MultiViewDataset(data.train, transform, **pairing)
     loader = make_loader(dataset, cfg.batch_size // processes, seed=cfg.seed, drop_last=True)
     loader.set_epoch(1)
+    batches = []
+    for rank, (x, y, _) in enumerate(loader):  # Accelerate gives process r the r-th per-process batch
+        if cfg.gpu_augment:
+            augment = BatchSimCLRAugment.from_transform(transform, views=cfg.views, seed=cfg.seed)
+            augment.set_epoch(1, rank=rank)
+            x = augment(x)
+        batches.append((x, y))
+    assert len(batches) == processes
+    return cfg, encoder, batches
+
+
+def recompute_first_step(out: Path, processes: int = 1) -> tuple[float, float]:
+    """The first step's loss of the run in `out`, recomputed in this process (`first_step_inputs`),
+    each process's BatchNorm over its own images as in DDP.
+    Returns (loss of the global batch, mean of the per-process losses without gathering)."""
+    cfg, encoder, batches = first_step_inputs(out, processes)
     loss_fn = hscl_zoo.build_loss(cfg.method, **cfg.loss_kwargs())
-    z, labels = [], []
     with torch.no_grad():
-        for rank, (x, y, _) in enumerate(loader):  # Accelerate gives process r the r-th per-process batch
-            if cfg.gpu_augment:
-                augment = BatchSimCLRAugment.from_transform(transform, views=cfg.views, seed=cfg.seed)
-                augment.set_epoch(1, rank=rank)
-                x = augment(x)
-            z.append(encoder.project(x.flatten(0, 1)).view(x.shape[0], x.shape[1], -1))
-            labels.append(y)
-        assert len(z) == processes
+        z = [encoder.project(x.flatten(0, 1)).view(x.shape[0], x.shape[1], -1) for x, _ in batches]
+        labels = [y for _, y in batches]
         global_loss = loss_fn(torch.cat(z), torch.cat(labels)).item()
         local_only = sum(loss_fn(zr, yr).item() for zr, yr in zip(z, labels)) / processes
     return global_loss, local_only

@@ -75,13 +75,14 @@ def hardware() -> str:
     return f"CPU ({os.cpu_count()} cores, {platform.machine()}, torch threads {threads})"
 
 
-def code_commit() -> str | None:
-    """The git commit of the hscl_zoo code that trains (None outside a git checkout); a run
-    started from a tree with uncommitted changes says so with a '+dirty' suffix."""
-    root = Path(__file__).resolve().parents[2]
+def code_commit(root: Path | None = None, paths: Sequence[str] = ("hscl_zoo", "recipes")) -> str | None:
+    """The git commit checked out at `root` (by default the checkout holding this hscl_zoo; None
+    outside a git checkout), with a '+dirty' suffix when anything under `paths` (every path when
+    empty) differs from it: modified, staged, deleted or untracked files alike, ignored ones not."""
+    root = Path(__file__).resolve().parents[2] if root is None else root
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hscl_zoo", "recipes"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths], cwd=root,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None

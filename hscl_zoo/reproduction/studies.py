@@ -78,7 +78,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
             Variant("b64-queue128", "batch 64 and a 128-row labelled queue (one step old) from epoch 1, M = 254",
                     dict(method="hscl-beta", batch_size=64, queue_size=128)),
             Variant("b256-cache", "batch 256 by the gradient cache, 128 views (64 images) a pass, M = 510; "
-                    "BatchNorm statistics per pass", dict(method="hscl-beta", batch_size=256, chunk_size=128)),
+                    "BatchNorm statistics per pass", dict(method="hscl-beta", batch_size=256, chunk_size=64)),
         ),
         (
             Comparison("The queue helps H-SCL(β) at batch 64", "b64-queue", "b64"),

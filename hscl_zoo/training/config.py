@@ -76,7 +76,7 @@ class PretrainConfig:
     # optimisation
     epochs: int = 8
     batch_size: int = 256  # global, across processes: the contrastive batch every anchor meets
-    chunk_size: int | None = None  # images (views) encoded at once by the gradient cache; None: the whole batch
+    chunk_size: int | None = None  # images encoded at once (each with its views) by the gradient cache; None: all
     optimizer: str = "adam"
     lr: float = 1e-3
     weight_decay: float = 1e-6
@@ -181,9 +181,9 @@ class PretrainConfig:
 
     def _validate_large_batch(self) -> None:
         """The gradient cache and the memory queue (issue 16): chunk_size, queue_* keys."""
-        if self.chunk_size is not None and not 1 <= self.chunk_size <= self.batch_size * self.views:
-            raise ValueError(f"chunk_size={self.chunk_size} must lie in 1..{self.batch_size * self.views} (batch_size "
-                             f"{self.batch_size} x views {self.views}): it counts the images encoded at once. "
+        if self.chunk_size is not None and not 1 <= self.chunk_size <= self.batch_size:
+            raise ValueError(f"chunk_size={self.chunk_size} must lie in 1..{self.batch_size} (batch_size): it counts "
+                             f"the images encoded at once, like batch_size, each with its {self.views} views. "
                              "Unset it to encode the whole batch at once.")
         if self.queue_size < 0:
             raise ValueError(f"queue_size={self.queue_size} must be >= 0 (0: no queue).")

@@ -17,7 +17,7 @@ only one chunk's activations are alive at a time. The price is one extra forward
 
 BatchNorm. A layer that normalises with batch statistics sees one chunk at a time, in both
 passes alike, so the gradient is exact for a model that normalises each chunk separately (a
-"ghost batch" of ``chunk_size`` images), not for one that normalises the whole batch at once;
+"ghost batch" of ``chunk_size`` images with their views), not for one that normalises the whole batch at once;
 the loss still compares every embedding with every other. The choices (`prepare_batchnorm`):
 
 * ``"per-chunk"`` (the default; the model is left as it is): statistics of each chunk on each
@@ -83,11 +83,13 @@ def gradient_cache_backward(
         loss_fn: called once as ``loss_fn(features, labels)`` with features (B, V, d), e.g. a
             `hscl_zoo.ContrastiveLoss`; under torch.distributed it gathers the global batch
             itself, as without the cache.
-        views: (B, V, C, H, W), B images with V views each; flattened image-major as
-            ``views.flatten(0, 1)`` and cut into consecutive chunks of ``chunk_size`` images.
+        views: (B, V, C, H, W), B images with V views each, cut into consecutive chunks of
+            ``chunk_size`` images; a chunk's views are encoded together as
+            ``views[start:stop].flatten(0, 1)`` (image-major, as the loss reads them).
         labels: (B,) or None, passed to the loss.
-        chunk_size: images encoded at once (1 <= chunk_size <= B * V); peak activation memory is
-            that of one chunk.
+        chunk_size: images encoded at once, with all their views (1 <= chunk_size <= B): counted
+            like ``batch_size``, so a pass holds ``chunk_size * V`` embeddings; peak activation
+            memory is that of one chunk.
         module: the ``nn.Module`` that ``encode`` runs, when ``encode`` is a plain function.
             Its buffers are restored after the first pass (BatchNorm running statistics change
             once), and if it is DDP (or a torch.compile of DDP) only the last chunk's backward
@@ -115,17 +117,16 @@ def gradient_cache_backward(
             "for a flat (B*V, C, H, W) batch pass x.view(B, V, *x.shape[1:])."
         )
     B, V = views.shape[:2]
-    n_images = B * V
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive integer (images encoded at once), got {chunk_size!r}.")
-    if chunk_size > n_images:
+    if chunk_size > B:
         raise ValueError(
-            f"chunk_size={chunk_size} exceeds the {n_images} images of this batch ({B} images x {V} views): "
-            f"pass chunk_size <= {n_images} (a divisor of it keeps chunks equal), or call the loss directly, "
+            f"chunk_size={chunk_size} exceeds the {B} images of this batch (of {V} views each): "
+            f"pass chunk_size <= {B} (a divisor of it keeps chunks equal), or call the loss directly, "
             "as a batch that fits in one chunk needs no cache."
         )
     images = views.flatten(0, 1)
-    bounds = [(start, min(start + chunk_size, n_images)) for start in range(0, n_images, chunk_size)]
+    bounds = [(start * V, min(start + chunk_size, B) * V) for start in range(0, B, chunk_size)]
     _check_lockstep(module, len(bounds), views.device)
 
     cuda = views.is_cuda or (torch.cuda.is_available() and torch.cuda.is_initialized())

@@ -135,9 +135,9 @@ COLLAPSED_COSINE = 0.9
 def collapse_warning(record: dict, cfg: PretrainConfig) -> str | None:
     """A warning when the epoch's diagnostics show the embeddings gathered onto one direction
     (the 5th percentile of the negatives' cosines at least `COLLAPSED_COSINE`), with what to change;
-    None otherwise, or without diagnostics."""
+    None otherwise, or without diagnostics (no neg_cos_q05, or NaN: no other-label negative seen)."""
     q05 = record.get("neg_cos_q05")
-    if q05 is None or q05 < COLLAPSED_COSINE:
+    if q05 is None or not q05 >= COLLAPSED_COSINE:
         return None
     why = (f"queue_size={cfg.queue_size}: queue rows take a share of every anchor's negatives but are never "
            "pushed themselves, and a large share lets the embeddings collapse (docs/losses.md, 'The memory "

@@ -405,7 +405,7 @@ def refuse_what_cannot_fit(cfg: PretrainConfig, model: torch.nn.Module, image_si
     """Estimate one step's memory on this process (`hscl_zoo.training.resources`) and raise
     ValueError if it exceeds the device's free memory; print a warning when it comes close."""
     local = cfg.batch_size // accelerator.num_processes * cfg.views
-    per_pass = cfg.chunk_size or local  # the gradient cache encodes chunk_size views at a time
+    per_pass = cfg.chunk_size * cfg.views if cfg.chunk_size else local  # the cache: chunk_size images' views a pass
     estimate = estimate_training_memory(model, image_size=image_size, images_per_pass=per_pass, local_views=local,
                                         global_views=cfg.batch_size * cfg.views, mixed_precision=cfg.mixed_precision,
                                         optimizer=cfg.optimizer)

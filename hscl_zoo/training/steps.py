@@ -20,12 +20,13 @@ from hscl_zoo.training.gradient_cache import gradient_cache_backward
 
 
 def check_chunk_size(chunk_size: int, batch_size: int, views: int, num_processes: int) -> None:
-    """Raise ValueError when ``chunk_size`` images exceed one process's share of the batch."""
-    local = batch_size // num_processes * views
+    """Raise ValueError when ``chunk_size`` images (each with its ``views`` views, counted like
+    ``batch_size``) exceed one process's share of the batch."""
+    local = batch_size // num_processes
     if chunk_size > local:
         raise ValueError(
             f"chunk_size={chunk_size} exceeds the {local} images each of the {num_processes} process(es) encodes per "
-            f"step (batch_size {batch_size} / {num_processes} processes x {views} views): pass chunk_size <= {local} "
+            f"step (batch_size {batch_size} / {num_processes} processes, {views} views each): pass chunk_size <= {local} "
             "(a divisor of it keeps chunks equal), or unset it, as a share that fits in one chunk needs no cache."
         )
 
@@ -40,7 +41,8 @@ def gradient_cache_step(
     backward: Callable[[Tensor], None],
     channels_last: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Accumulate the batch's gradient into ``.grad`` chunk by chunk; return (loss, embeddings).
+    """Accumulate the batch's gradient into ``.grad`` chunk by chunk (``chunk_size`` images with
+    all their views a pass); return (loss, embeddings).
 
     ``forward`` is the (prepared, possibly compiled) model, ``views`` one process's (B, V, C, H, W)
     batch and ``backward`` ``accelerator.backward``. The embeddings (B, V, d) are the ones the loss

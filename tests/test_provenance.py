@@ -1,0 +1,72 @@
+"""The commit written into results (benchmarks/provenance.py `git_commit`, the reproduction
+records' `code_commit`), read from a real temporary git repository: '+dirty' for every kind of
+uncommitted change, untracked files included, and not for ignored files."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hscl_zoo.reproduction.runs import code_commit
+from helpers import load_script
+
+provenance = load_script("benchmarks", "provenance")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=repo,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "hscl_zoo").mkdir()
+    (tmp_path / "hscl_zoo" / "loss.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("readme\n")
+    (tmp_path / ".gitignore").write_text("runs/\n")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    return tmp_path
+
+
+def test_a_clean_tree_is_its_commit(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    assert len(head) == 40
+    assert provenance.git_commit(repo) == head
+    assert code_commit(repo) == head
+
+
+@pytest.mark.parametrize("change", ["modified", "staged", "deleted", "untracked", "untracked in a new folder"])
+def test_every_uncommitted_change_is_dirty(repo, change):
+    head = git(repo, "rev-parse", "HEAD")
+    code = repo / "hscl_zoo" / "loss.py"
+    if change == "modified":
+        code.write_text("x = 2\n")
+    elif change == "staged":
+        code.write_text("x = 2\n")
+        git(repo, "add", str(code))
+    elif change == "deleted":
+        code.unlink()
+    elif change == "untracked":
+        (repo / "hscl_zoo" / "new.py").write_text("y = 1\n")
+    else:
+        (repo / "hscl_zoo" / "sub").mkdir()
+        (repo / "hscl_zoo" / "sub" / "new.py").write_text("y = 1\n")
+    assert provenance.git_commit(repo) == head + "+dirty"
+    assert code_commit(repo) == head + "+dirty"
+
+
+def test_ignored_files_are_clean_and_the_training_code_is_judged_on_its_own_paths(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    (repo / "runs").mkdir()
+    (repo / "runs" / "metrics.jsonl").write_text("{}\n")
+    assert provenance.git_commit(repo) == head
+    (repo / "notes.txt").write_text("an untracked file outside the training code\n")
+    assert provenance.git_commit(repo) == head + "+dirty"
+    assert code_commit(repo) == head  # hscl_zoo/ and recipes/ only: the code that trains
+
+
+def test_outside_a_checkout_there_is_no_commit(tmp_path):
+    assert provenance.git_commit(tmp_path) is None
+    assert code_commit(tmp_path) is None
