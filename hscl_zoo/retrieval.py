@@ -14,7 +14,9 @@ query itself excluded when the gallery is the query split, "leave-one-out"):
 Queries with ``R = 0`` (their class is absent from the gallery, or a leave-one-out class of
 one) have no defined score and are left out of every mean; the result counts them. Equal
 similarities rank in gallery order (the earlier row first), so the numbers do not depend on the
-chunking or the sorting algorithm. Scores are percentages in [0, 100], like the accuracies of
+chunking or the sorting algorithm; similarities are computed in float64, so that features whose
+cosines differ only beyond float32's precision (an untrained encoder's, nearly parallel) still
+rank by their true values. Scores are percentages in [0, 100], like the accuracies of
 :mod:`hscl_zoo.evaluation`.
 
 Queries are processed in chunks whose working memory (similarities, ranking and relevance of
@@ -34,7 +36,7 @@ from torch import Tensor
 __all__ = ["RECALL_KS", "retrieval_metrics"]
 
 RECALL_KS = (1, 5, 10)
-_BYTES_PER_CELL = 48  # per query x gallery cell: similarity, order, labels, relevance, hit counts, precisions
+_BYTES_PER_CELL = 56  # per query x gallery cell: similarity, order, labels, relevance, hit counts, precisions
 
 
 def retrieval_metrics(
@@ -76,7 +78,7 @@ def retrieval_metrics(
     if not ks or min(ks) < 1:
         raise ValueError(f"ks must be integers >= 1, got {ks!r}")
     target = gallery_feats.device if device is None else torch.device(device)
-    gallery = F.normalize(gallery_feats.to(target).float(), dim=1)
+    gallery = F.normalize(gallery_feats.to(target, torch.float64), dim=1)
     g_labels = gallery_labels.to(target).long()
     size = len(gallery)
     chunk = max(1, int(max_chunk_bytes) // (_BYTES_PER_CELL * size))
@@ -84,7 +86,7 @@ def retrieval_metrics(
     sums = torch.zeros(len(ks) + 3, dtype=torch.float64, device=target)
     scored = 0
     for start in range(0, len(query_feats), chunk):
-        queries = F.normalize(query_feats[start : start + chunk].to(target).float(), dim=1)
+        queries = F.normalize(query_feats[start : start + chunk].to(target, torch.float64), dim=1)
         labels = query_labels[start : start + chunk].to(target).long()
         sims = queries @ gallery.T
         rows = torch.arange(len(queries), device=target)

@@ -3,6 +3,7 @@ definitions, hand-ranked cases, and pytorch-metric-learning's AccuracyCalculator
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,6 +12,10 @@ from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from pytorch_metric_learning.utils.inference import CustomKNN
 
+import hscl_zoo
+from hscl_zoo.cli import main
+from hscl_zoo.data import load_splits
+from hscl_zoo.evaluation import extract_features
 from hscl_zoo.retrieval import retrieval_metrics
 
 
@@ -51,7 +56,7 @@ def clustered(n, classes, dim, seed, spread=1.5):
     return centres[labels] + spread * torch.randn(n, dim, generator=generator), labels
 
 
-@pytest.mark.parametrize("max_chunk_bytes", [1, 48 * 70 * 7, 2**30])
+@pytest.mark.parametrize("max_chunk_bytes", [1, 56 * 70 * 7, 2**30])
 def test_query_against_gallery_matches_the_definitions(max_chunk_bytes):
     query, query_labels = clustered(50, 6, 8, seed=0)
     gallery, gallery_labels = clustered(70, 5, 8, seed=1)  # class 5 of the queries has no gallery item
@@ -118,7 +123,7 @@ def _pml(query, query_labels, gallery=None, gallery_labels=None):
 def test_agrees_with_pytorch_metric_learning(leave_one_out):
     query, query_labels = clustered(300, 12, 16, seed=3, spread=2.0)
     gallery, gallery_labels = (None, None) if leave_one_out else clustered(400, 10, 16, seed=4, spread=2.0)
-    ours = retrieval_metrics(query, query_labels, gallery, gallery_labels, max_chunk_bytes=48 * 400 * 37)
+    ours = retrieval_metrics(query, query_labels, gallery, gallery_labels, max_chunk_bytes=56 * 400 * 37)
     theirs = _pml(query, query_labels, gallery, gallery_labels)
     assert ours["precision_at_1"] / 100 == pytest.approx(theirs["precision_at_1"], abs=1e-6)
     assert ours["map_at_r"] / 100 == pytest.approx(theirs["mean_average_precision_at_r"], abs=1e-6)
@@ -136,3 +141,25 @@ def test_agrees_with_pytorch_metric_learning(leave_one_out):
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call(torch.randn(4, 3), torch.tensor([0, 0, 1, 1]))
+
+
+def test_eval_command_writes_test_against_train_retrieval(tmp_path, capsys):
+    torch.manual_seed(0)
+    training = {"dataset": "digits", "method": "scl", "hyperparameters": {"temperature": 0.5}, "epochs": 1,
+                "global_batch_size": 8, "expected_negatives_per_anchor": 14}
+    model = hscl_zoo.create_model("resnet10t", num_classes=10, image_size=16, mean=[0.3] * 3, std=[0.4] * 3)
+    folder = model.eval().save_pretrained(tmp_path / "model", training=training)
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(folder), "--dataset", "digits", "--subset", "100", "--probe_epochs", "1",
+                 "--metrics", "knn,retrieval", "--out", str(out)]) == 0
+    assert "Recall@1" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["metrics"] == ["knn", "retrieval"] and "top1" not in result and "audit" not in result
+    data = load_splits("digits", subset=100, seed=0)
+    train = extract_features(model.encode, data.train, model.transform, progress=False)
+    test = extract_features(model.encode, data.test, model.transform, progress=False)
+    expected, scored = brute_force(*test, *train, (1, 5, 10), leave_one_out=False)
+    for key, value in expected.items():
+        assert result["retrieval"][key] == pytest.approx(value, abs=1e-9), key
+    assert (result["retrieval"]["queries"], result["retrieval"]["gallery_size"]) == (scored, 100)
+    assert result["protocol"]["retrieval"]["gallery"] == "train"
