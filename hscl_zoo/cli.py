@@ -3,7 +3,7 @@
     hscl-zoo list 'hscl-*'                                  # zoo names and whether they are published
     hscl-zoo info hscl-beta-cifar10                         # one entry: repo, revision, paper top-1, ...
     hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20
-    hscl-zoo eval runs/default/hub --out eval.json          # linear probe + kNN, JSON out
+    hscl-zoo eval runs/default/hub --out eval.json          # probe, kNN, retrieval, audit; JSON out
     hscl-zoo embed runs/default/hub photos/ --out photos.parquet
     hscl-zoo export runs/default/hub --format onnx --out exported/
     hscl-zoo push runs/default --repo-id me/hscl-beta-cifar10
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from hscl_zoo._version import __version__
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.data.source_options import SourceOptions, source_options
-from hscl_zoo.protocol import EVAL_DEFAULTS, OUTPUTS
+from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, OUTPUTS, check_metrics
 from hscl_zoo.zoo import registry
 
 if TYPE_CHECKING:
@@ -76,8 +76,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def add_eval_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``hscl-zoo eval`` (and of ``recipes/linear_eval.py``), all but the model."""
     parser.add_argument("--dataset", help=f"one of {', '.join(sorted(DATASETS))}, or imagefolder:PATH, parquet:PATH, "
-                        "hf:owner/name (default: the model's training dataset)")
-    parser.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub)")
+                        "hf:owner/name (default: the model's training dataset); several, comma-separated, give "
+                        "one transfer row each")
+    parser.add_argument("--data_dir", help="local parquet folder (default: the training run's, else the Hub); with "
+                        "several datasets, one per dataset, comma-separated (empty for the default)")
+    parser.add_argument("--metrics", default=",".join(METRICS),
+                        help=f"comma-separated, from {', '.join(METRICS)} (default: all)")
     parser.add_argument("--subset", type=int, help="class-balanced number of training images")
     parser.add_argument("--full_test", action=argparse.BooleanOptionalAction,
                         help="with --subset, keep the whole test split (default: the run's)")
@@ -102,17 +106,49 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--skip_unreadable", action="store_true", help="leave out images that do not decode")
 
 
+def _summary(result: dict[str, Any]) -> str:
+    """One line of a result's headline scores."""
+    parts = []
+    if "top1" in result:
+        parts.append(f"linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%")
+    if "knn_top1" in result:
+        parts.append(f"kNN top-1 {result['knn_top1']:.2f}%")
+    if "retrieval" in result:
+        retrieval = result["retrieval"]
+        parts.append(f"Recall@1 {retrieval['recall_at_1']:.2f}% MAP@R {retrieval['map_at_r']:.2f}%")
+    if "audit" in result:
+        audit = result["audit"]
+        parts.append(f"alignment {audit['alignment']:.3f} uniformity {audit['uniformity']:.3f} "
+                     f"Assumption 1 {audit['assumption_fraction']:.3f}")
+    return f"{result['dataset']}: " + ", ".join(parts)
+
+
+def _split_list(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip() for part in text.split(",")]
+
+
 def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
     """Evaluate ``model`` with the options of :func:`add_eval_options`, print the scores and write
-    ``--out``; returns the results."""
-    from hscl_zoo.evaluation import evaluate_model
+    ``--out``; returns the results (with several ``--dataset`` targets, :func:`evaluate_transfer`'s
+    rows)."""
+    from hscl_zoo.evaluation import evaluate_model, evaluate_transfer
 
-    result = evaluate_model(model, args.dataset, data_dir=args.data_dir, subset=args.subset,
-                            full_test=args.full_test, labelled_fraction=args.labelled_fraction,
-                            probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
-                            device=_device(args.device), **source_options(vars(args)))
-    print(f"{result['dataset']}: linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%, "
-          f"kNN top-1 {result['knn_top1']:.2f}%")
+    options = dict(subset=args.subset, full_test=args.full_test, labelled_fraction=args.labelled_fraction,
+                   probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
+                   metrics=check_metrics(m for m in _split_list(args.metrics) if m), device=_device(args.device),
+                   **source_options(vars(args)))
+    targets = _split_list(args.dataset)
+    if targets is not None and len(targets) > 1:
+        if not all(targets):
+            raise ValueError(f"--dataset {args.dataset!r} has an empty name; separate datasets with single commas.")
+        data_dirs = _split_list(args.data_dir)
+        data_dirs = [d or None for d in data_dirs] if data_dirs is not None else None
+        result = evaluate_transfer(model, targets, data_dirs=data_dirs, **options)
+        for row in result["rows"]:
+            print(_summary(row))
+    else:
+        result = evaluate_model(model, args.dataset, data_dir=args.data_dir, **options)
+        print(_summary(result))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -213,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = _command(commands, "info", _cmd_info, "Show one zoo entry: method, dataset, repo, revision, scores.")
     cmd.add_argument("name", metavar="NAME", help="a zoo name, e.g. hscl-beta-cifar10")
 
-    cmd = _command(commands, "eval", _cmd_eval, "Linear probe + kNN of a frozen encoder (JSON out).")
+    cmd = _command(commands, "eval", _cmd_eval, "Linear probe, kNN, retrieval and audit of a frozen encoder, on its "
+                   "own or other datasets (JSON out).")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     add_eval_options(cmd)
 

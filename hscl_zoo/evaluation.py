@@ -1,17 +1,21 @@
-"""Evaluation of frozen encoders: feature extraction, weighted kNN and a linear probe.
+"""Evaluation of frozen encoders: feature extraction, weighted kNN, a linear probe, and the
+protocols built on them (retrieval, the representation audit, transfer to other datasets).
 
 Protocol (recorded in :class:`ProbeResult.protocol` by :func:`linear_probe`): features of the
 frozen encoder are extracted once with the deterministic evaluation transform (no
 augmentation), a linear head is trained on the standardised train features, and top-1/top-5
 accuracy on the test split after the last epoch is reported (no model selection on the test
 split). Accuracies are percentages in [0, 100], the unit of the paper's tables.
+:func:`evaluate_encoder` adds the metrics of :mod:`hscl_zoo.retrieval` and :mod:`hscl_zoo.audit`
+on the same features; :func:`evaluate_transfer` runs :func:`evaluate_model` on several datasets,
+each read through the model's own preprocessing. docs/evaluation-protocols.md describes them.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,11 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from hscl_zoo.audit import audit
+from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.data.datasets import load_splits, require_internal_columns
 from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.sources import source_options as pick_source_options
-from hscl_zoo.protocol import EVAL_DEFAULTS
+from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, check_metrics
 from hscl_zoo.data.transforms import eval_transform
+from hscl_zoo.retrieval import retrieval_metrics
 
 if TYPE_CHECKING:
     from hscl_zoo.data.datasets import LoadedData
@@ -305,6 +312,7 @@ def evaluate_encoder(
     encoder: nn.Module,
     data: LoadedData,
     *,
+    metrics: Iterable[str] = ("linear", "knn"),
     epochs: int = 100,
     knn_k: int = 200,
     knn_temperature: float = 0.1,
@@ -314,21 +322,24 @@ def evaluate_encoder(
     num_workers: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Linear probe and kNN of a zoo encoder on a dataset's train/test splits (unlabelled
-    training images left out; the result says how many were used and left out).
+    """The ``metrics`` (see :data:`METRICS`) of a zoo encoder on a dataset's train/test splits
+    (unlabelled training images left out; the result says how many were used and left out).
 
     Features come from ``encoder.encode`` with the encoder's own eval preprocessing
     (``encoder.transform``, else :func:`hscl_zoo.data.transforms.eval_transform` of
-    ``encoder.pretrained_cfg``), extracted once per split and shared by both evaluations.
+    ``encoder.pretrained_cfg``), extracted once per split and shared by every metric.
 
     Returns:
-        A dict with ``top1``, ``top5``, ``train_top1`` (linear probe, %), ``knn_top1`` (%),
-        ``knn_k``, ``knn_temperature``, ``dataset``, ``test_split``, ``train_images`` (labelled
-        training images the probe and kNN used), ``unlabelled_train_images`` (left out),
-        ``protocol`` (see
-        :func:`linear_probe`, plus the kNN settings under ``"knn"``) and ``head`` (a state dict
-        for ``encoder.classifier``); all but ``head`` is JSON-serialisable.
+        A dict with ``dataset``, ``test_split``, ``train_images`` (labelled training images the
+        metrics used), ``unlabelled_train_images`` (left out), ``metrics`` and ``protocol``, plus
+        per metric: linear: ``top1``, ``top5``, ``train_top1`` (%), the probe's settings in
+        ``protocol`` and ``head`` (a state dict for ``encoder.classifier``); knn: ``knn_top1`` (%),
+        ``knn_k``, ``knn_temperature`` (settings under ``protocol["knn"]``); retrieval:
+        ``retrieval`` (test queries against the training gallery, see
+        :func:`hscl_zoo.retrieval.retrieval_metrics`); audit: ``audit`` (see
+        :func:`hscl_zoo.audit.audit`). All but ``head`` is JSON-serialisable.
     """
+    metrics = check_metrics(metrics)
     unlabelled = data.unlabelled
     data = data.labelled()
     transform = getattr(encoder, "transform", None)
@@ -337,36 +348,49 @@ def evaluate_encoder(
     options = {"batch_size": batch_size, "device": device, "num_workers": num_workers}
     train_f, train_y = extract_features(encoder.encode, data.train, transform, progress=progress, **options)
     test_f, test_y = extract_features(encoder.encode, data.test, transform, progress=progress, **options)
-    probe = linear_probe(
-        train_f,
-        train_y,
-        test_f,
-        test_y,
-        num_classes=len(data.class_names),
-        epochs=epochs,
-        seed=seed,
-        device=device,
-        progress=progress,
-    )
-    knn = knn_top1(train_f, train_y, test_f, test_y, k=knn_k, temperature=knn_temperature, device=device)
-    return {
-        "top1": probe.top1,
-        "top5": probe.top5,
-        "train_top1": probe.train_top1,
-        "knn_top1": knn,
-        "knn_k": knn_k,
-        "knn_temperature": knn_temperature,
+    result: dict[str, Any] = {
         "dataset": data.spec.name,
         "test_split": data.spec.test_split,
         "train_images": len(data.train),
         "unlabelled_train_images": unlabelled,
-        "protocol": {
-            **probe.protocol,
-            "knn": {"k": knn_k, "temperature": knn_temperature, "weighting": "exp(cosine / temperature)"},
-        },
-        "head": probe.head,
+        "metrics": list(metrics),
+        "protocol": {},
     }
+    if "linear" in metrics:
+        probe = linear_probe(train_f, train_y, test_f, test_y, num_classes=len(data.class_names), epochs=epochs,
+                             seed=seed, device=device, progress=progress)
+        result.update(top1=probe.top1, top5=probe.top5, train_top1=probe.train_top1, head=probe.head)
+        result["protocol"].update(probe.protocol)
+    if "knn" in metrics:
+        knn = knn_top1(train_f, train_y, test_f, test_y, k=knn_k, temperature=knn_temperature, device=device)
+        result.update(knn_top1=knn, knn_k=knn_k, knn_temperature=knn_temperature)
+        result["protocol"]["knn"] = {"k": knn_k, "temperature": knn_temperature,
+                                     "weighting": "exp(cosine / temperature)"}
+    if "retrieval" in metrics:
+        result["retrieval"] = retrieval_metrics(test_f, test_y, train_f, train_y, device=device)
+        result["protocol"]["retrieval"] = {"queries": data.spec.test_split, "gallery": "train",
+                                           "similarity": "cosine", "ties": "earlier gallery row first"}
+    if "audit" in metrics:
+        result["audit"] = audit(encoder, data, head=probe.head, features=(test_f, test_y), batch_size=batch_size,
+                                seed=seed, device=device, num_workers=num_workers, progress=progress)
+    return result
 
+
+
+def preprocessing(pretrained_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """How :func:`hscl_zoo.data.transforms.eval_transform` brings any image to the model's input
+    size, as a results file states it (a transfer target's images are resized the same way)."""
+    _, height, width = (int(v) for v in pretrained_cfg["input_size"])
+    crop_pct = float(pretrained_cfg.get("crop_pct") or 1.0)
+    mode = pretrained_cfg.get("crop_mode") or "center"
+    interpolation = pretrained_cfg.get("interpolation") or "bicubic"
+    if mode == "squash":
+        resize = f"{math.floor(height / crop_pct)}x{math.floor(width / crop_pct)} ignoring aspect ratio"
+    else:
+        resize = f"shorter side to {math.floor(min(height, width) / crop_pct)}"
+    return {"input_size": [3, height, width],
+            "resize": f"{resize} ({interpolation}, antialiased), then centre crop {height}x{width}",
+            "mean": list(pretrained_cfg["mean"]), "std": list(pretrained_cfg["std"])}
 
 
 def evaluate_model(
@@ -380,12 +404,14 @@ def evaluate_model(
     seed: int | None = None,
     full_test: bool | None = None,
     labelled_fraction: float | None = None,
+    metrics: Iterable[str] = METRICS,
     device: str | torch.device | None = None,
     progress: bool = True,
     **source_options: Any,
 ) -> dict[str, Any]:
-    """Linear probe + kNN of any model ``hscl_zoo.load`` accepts, with the training run's settings
-    as defaults.
+    """The ``metrics`` (linear probe, kNN, retrieval, audit: :data:`METRICS`, by default all, as
+    the recipe's final evaluation) of any model ``hscl_zoo.load`` accepts, with the training run's
+    settings as defaults.
 
     ``dataset`` may be own data (``imagefolder:PATH``, ...); ``source_options`` are its options
     (see ``hscl_zoo.data.load_splits``), by default the run's own for its own dataset.
@@ -398,7 +424,10 @@ def evaluate_model(
     ``labelled_fraction`` keeps that seeded, class-balanced part of the training labels
     (``hscl_zoo.data.labelling``): the probe and kNN then use those images only. Returns the
     :func:`evaluate_encoder` dict without the head, plus ``model``, ``dataset``, ``data_dir``,
-    ``subset``, ``full_test`` and ``labelled_fraction``; JSON-serialisable.
+    ``subset``, ``full_test``, ``labelled_fraction``, ``trained_on`` (the model's training
+    dataset), ``transfer`` (whether ``dataset`` is another one), ``preprocessing`` (see
+    :func:`preprocessing`) and ``native_size`` (the side of a registered dataset's stored images,
+    None for own data); JSON-serialisable.
 
     The probe trains its own head on frozen features, so any dataset works (transfer included).
     Raises ``ValueError`` (or ``OSError``) for a model that does not load, a bad dataset, and a
@@ -406,6 +435,7 @@ def evaluate_model(
     """
     from hscl_zoo.zoo.hub import load  # the zoo imports this module
 
+    metrics = check_metrics(metrics)
     target = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
     model = load(source, device=target)
     training = model.training_summary or {}
@@ -430,9 +460,47 @@ def evaluate_model(
     options = {**pick_source_options(same_data), **source_options}
     data = load_splits(dataset, data_dir, subset=subset, seed=settings["seed"], full_test=full_test, **options)
     data = partly_labelled(data, labelled_fraction, seed=settings["seed"])
-    result = evaluate_encoder(model, data, epochs=settings["probe_epochs"], knn_k=settings["knn_k"],
+    result = evaluate_encoder(model, data, metrics=metrics, epochs=settings["probe_epochs"], knn_k=settings["knn_k"],
                               seed=settings["seed"], device=target, progress=progress)
-    result.pop("head")
+    result.pop("head", None)
     result.update(model=str(source), dataset=dataset, data_dir=data_dir, subset=subset, full_test=full_test,
-                  labelled_fraction=labelled_fraction)
+                  labelled_fraction=labelled_fraction, trained_on=training.get("dataset"),
+                  transfer=dataset != training.get("dataset"), preprocessing=preprocessing(model.pretrained_cfg),
+                  native_size=DATASETS[dataset].native_size if dataset in DATASETS else None)
     return result
+
+
+def evaluate_transfer(
+    source: Any,
+    targets: Sequence[str],
+    *,
+    data_dirs: Sequence[str | None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """:func:`evaluate_model` of one model on several datasets, one row each, under one protocol.
+
+    Every target is read through the model's own eval preprocessing (:func:`preprocessing`:
+    images resized and centre-cropped to the model's input size, whatever their native size),
+    and gets a linear probe of its own on frozen features. ``data_dirs`` gives each target's
+    local folder (``None`` for the default), in the order of ``targets``; ``options`` are those
+    of :func:`evaluate_model` and apply to every target.
+
+    Returns ``model``, ``trained_on``, ``protocol`` (what every row shares: preprocessing, metrics
+    and the probe and kNN settings equal in every row) and ``rows`` (one :func:`evaluate_model` dict per target, in order).
+    """
+    targets = list(targets)
+    data_dirs = list(data_dirs) if data_dirs is not None else [None] * len(targets)
+    if not targets or len(data_dirs) != len(targets):
+        raise ValueError(f"got {len(targets)} datasets and {len(data_dirs)} data_dirs; give one data_dir per dataset "
+                         "(empty for the default), in the same order.")
+    repeated = sorted({t for t in targets if targets.count(t) > 1})
+    if repeated:
+        raise ValueError(f"dataset {repeated[0]!r} is listed twice; name each target once.")
+    rows = [evaluate_model(source, target, data_dir=data_dir, **options) for target, data_dir in zip(targets, data_dirs)]
+    common = {key: value for key, value in rows[0]["protocol"].items()
+              if all(row["protocol"].get(key) == value for row in rows)}
+    return {"model": str(source), "trained_on": rows[0]["trained_on"],
+            "protocol": {"transfer": "frozen features of every target through the model's eval preprocessing, "
+                                     "a linear probe trained per target",
+                         "preprocessing": rows[0]["preprocessing"], "metrics": rows[0]["metrics"], **common},
+            "rows": rows}

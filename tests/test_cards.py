@@ -149,3 +149,26 @@ def test_config_without_training_summary_is_rejected(trained_config):
     config = {k: v for k, v in trained_config.items() if k != "training"}
     with pytest.raises(ValueError, match="training summary"):
         render_card(config, {"top1": 70.0})
+
+
+def test_card_shows_retrieval_and_audit_of_the_evaluation(trained_config):
+    evaluation = {
+        "top1": 75.3,
+        "retrieval": {"recall_at_1": 71.25, "recall_at_5": 88.5, "recall_at_10": 92.0, "precision_at_1": 71.25,
+                      "map_at_r": 40.125, "map": 45.5, "queries": 10000, "gallery_size": 50000},
+        "audit": {"split": "test", "images": 10000, "alignment": 0.51234, "uniformity": -3.21,
+                  "assumption_fraction": 0.875, "class_accuracy": {"apple": 90.0, "bed": 40.0, "cat": float("nan")},
+                  "confused_pairs": [{"classes": ["bed", "couch"], "a_as_b": 7, "b_as_a": 5, "rate": 6.0}]},
+    }
+    card = render_card(trained_config, {"top1": 75.3}, evaluation=evaluation)
+    assert "Each of the 10000 test images queries the 50000 training images" in card
+    assert "| Recall@1 | 71.25 |" in card and "| MAP@R | 40.12 |" in card and "| mAP | 45.50 |" in card
+    assert "| alignment (two views of an image, alpha 2; lower is better) | 0.5123 |" in card
+    assert "| uniformity (t 2; lower is better) | -3.2100 |" in card
+    assert "| Assumption 1 holds (fraction of test anchors) | 0.8750 |" in card
+    assert "Lowest per-class accuracy (linear probe): bed 40.0%, apple 90.0%." in card
+    assert "Most-confused class pairs: bed / couch (6.0%)." in card
+    assert card.index("### Retrieval") > card.index("| this model | 75.30 |") and card.index("## Limitations") > \
+        card.index("### Representation audit")
+    assert render_card(trained_config, {"top1": 75.3}, evaluation={"top1": 75.3}) == render_card(
+        trained_config, {"top1": 75.3})

@@ -93,6 +93,11 @@ def test_publish_builds_a_loadable_hub_folder(finished_run: Path, tmp_path: Path
     assert "someone/hscl-beta-digits-test" in card
     assert "hscl-beta-digits" in card
     assert f"{run_eval['top1']:.2f}" in card  # the measured top-1, as the card rounds it
+    # the recipe's final evaluation adds retrieval and the audit, and the card shows them
+    assert run_eval["metrics"] == ["linear", "knn", "retrieval", "audit"]
+    assert f"| MAP@R | {run_eval['retrieval']['map_at_r']:.2f} |" in card
+    assert f"| uniformity (t 2; lower is better) | {run_eval['audit']['uniformity']:.4f} |" in card
+    assert run_eval["audit"]["protocol"]["assumption_hardening"] == "exponential tilt, beta 1"
 
 
 def test_publish_rebuilds_the_run_hub_folder_in_place(finished_run: Path, tmp_path: Path):

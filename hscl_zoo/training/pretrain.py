@@ -50,7 +50,7 @@ from hscl_zoo.data.raw_images import (
 )
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
-from hscl_zoo.evaluation import evaluate_encoder
+from hscl_zoo.evaluation import METRICS, evaluate_encoder
 from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder, create_model
@@ -551,13 +551,14 @@ def export_run(
     adds ``views_per_second_after_epoch1``: the median training throughput of epochs 2 on (epoch 1
     holds compilation, cuDNN's search and the allocator's warm-up; None with one epoch)."""
     evaluation: dict[str, Any] = {}
+    training = training_summary(cfg, num_processes, len(data.class_names) or 1, config_path)
+    encoder.training_summary = training  # the audit reads the run's temperature and hardening from it
     if data.class_names:
-        evaluation = evaluate_encoder(encoder, data, epochs=cfg.probe_epochs, knn_k=cfg.knn_k, seed=cfg.seed,
-                                      device=device)
+        evaluation = evaluate_encoder(encoder, data, metrics=METRICS, epochs=cfg.probe_epochs, knn_k=cfg.knn_k,
+                                      seed=cfg.seed, device=device)
         encoder.classifier.load_state_dict(evaluation.pop("head"))
         (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
     history = read_metrics(run_dir / "metrics.jsonl")
-    training = training_summary(cfg, num_processes, len(data.class_names) or 1, config_path)
     hub_dir = write_hub_folder(encoder, run_dir / "hub", training=training, evaluation=evaluation, history=history)
     later = [h["views_per_second"] for h in history if h["epoch"] >= 2]
     throughput = statistics.median(later) if later else None

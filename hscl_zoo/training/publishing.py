@@ -79,7 +79,8 @@ def write_hub_folder(
     folder = save_pretrained(model, folder, training=training)
     config = json.loads((folder / CONFIG_NAME).read_text())
     results = {k: float(evaluation[k]) for k in CARD_METRICS if k in evaluation}
-    _write_atomic(folder / CARD_NAME, render_card(config, results, name=name, repo_id=repo_id))
+    _write_atomic(folder / CARD_NAME, render_card(config, results, name=name, repo_id=repo_id,
+                                                     evaluation=evaluation))
     metrics = {"evaluation": dict(evaluation), "history": list(history or [])}
     _write_atomic(folder / METRICS_NAME, json.dumps(metrics, indent=2) + "\n")
     return folder

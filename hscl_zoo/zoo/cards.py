@@ -276,6 +276,41 @@ def _results(facts: _CardFacts, results: Mapping[str, float]) -> str:
     return text
 
 
+_RETRIEVAL_ROWS = (("Recall@1", "recall_at_1"), ("Recall@5", "recall_at_5"), ("Recall@10", "recall_at_10"),
+                   ("Precision@1", "precision_at_1"), ("MAP@R", "map_at_r"), ("mAP", "map"))
+
+
+def _evaluation(evaluation: Mapping[str, Any]) -> str:
+    """The retrieval and audit sections of a card, from the evaluation the recipe writes (empty
+    without them)."""
+    sections = []
+    retrieval = evaluation.get("retrieval")
+    if retrieval:
+        rows = [(name, f"{retrieval[key]:.2f}") for name, key in _RETRIEVAL_ROWS if key in retrieval]
+        sections.append(
+            f"### Retrieval\n\nEach of the {retrieval['queries']} test images queries the "
+            f"{retrieval['gallery_size']} training images by cosine similarity of the frozen features "
+            "(% of queries; MAP@R as in Musgrave et al., 2020).\n\n" + _table(("metric", "%"), rows))
+    audit = evaluation.get("audit")
+    if audit:
+        rows = [("alignment (two views of an image, alpha 2; lower is better)", f"{audit['alignment']:.4f}"),
+                ("uniformity (t 2; lower is better)", f"{audit['uniformity']:.4f}"),
+                ("Assumption 1 holds (fraction of test anchors)", f"{audit['assumption_fraction']:.4f}")]
+        accuracy = sorted(((v, k) for k, v in audit["class_accuracy"].items() if v == v))[:5]
+        text = (f"### Representation audit\n\nOn the {audit['images']} images of the {audit['split']} split: "
+                "alignment and uniformity of the projections (Wang and Isola, 2020) and the paper's "
+                "Assumption 1 on test batches.\n\n" + _table(("quantity", "value"), rows))
+        if accuracy:
+            text += "\n\nLowest per-class accuracy (linear probe): " + ", ".join(
+                f"{name} {value:.1f}%" for value, name in accuracy) + "."
+        if audit["confused_pairs"]:
+            text += "\n\nMost-confused class pairs: " + ", ".join(
+                f"{a} / {b} ({pair['rate']:.1f}%)" for pair in audit["confused_pairs"]
+                for a, b in [pair["classes"]]) + "."
+        sections.append(text)
+    return "".join("\n\n" + section for section in sections)
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -288,6 +323,7 @@ def render_card(
     *,
     name: str | None = None,
     repo_id: str | None = None,
+    evaluation: Mapping[str, Any] | None = None,
 ) -> str:
     """Render the Markdown model card (YAML front matter + body) for a zoo entry or a trained model.
 
@@ -295,7 +331,8 @@ def render_card(
     ``save_pretrained`` (it must hold the training summary). ``results`` are measured metrics in
     percent (``{"top1": 75.3}``); for an entry they default to its published metrics. The
     ``model-index`` block appears only when there are results. ``name`` and ``repo_id`` override
-    the registry's.
+    the registry's. ``evaluation`` (the recipe's linear_eval.json) adds its retrieval and audit,
+    when it has them, under the results.
     """
     facts = _facts(entry_or_config, name, repo_id)
     if results is None:
@@ -324,7 +361,7 @@ def render_card(
         training=_training(facts),
         dataset_display=dataset.display if dataset else facts.dataset,
         native_size=dataset.native_size if dataset else "?",
-        results=_results(facts, results),
+        results=_results(facts, results) + _evaluation(evaluation or {}),
     )
 
 
