@@ -12,6 +12,7 @@ from hscl_zoo._version import __version__
 from hscl_zoo.losses.methods import LOSS_NAMES, METHODS, MethodSpec, build_loss, register_method
 from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.losses.diagnostics import assumption_fraction, lemma_losses, DiagnosticsMeter
+from hscl_zoo.losses.compat import MetricLearningLoss, NTXentLoss, SupConLoss
 
 # models, registry and hub
 from hscl_zoo.models import ContrastiveEncoder, create_model

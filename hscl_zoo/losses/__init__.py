@@ -9,8 +9,10 @@ functions, the global-batch gather, the paper's diagnostics and the method table
     diagnostics   Assumption 1 and the Lemma-1 losses of the paper's Sec. V-B
     queue         MemoryQueue: a labelled FIFO of earlier batches' rows, extra candidates
     reference     a plain-loop float64 implementation, for tests and benchmarks
+    compat        drop-in losses with SupContrast's, lightly's and pytorch-metric-learning's calls
 """
 
+from hscl_zoo.losses.compat import MetricLearningLoss, NTXentLoss, SupConLoss
 from hscl_zoo.losses.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
 from hscl_zoo.losses.methods import (
     LOSS_NAMES,
@@ -33,6 +35,9 @@ __all__ = [
     "METHODS",
     "MemoryQueue",
     "MethodSpec",
+    "MetricLearningLoss",
+    "NTXentLoss",
+    "SupConLoss",
     "Threshold",
     "build_loss",
     "get_method",
