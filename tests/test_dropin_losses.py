@@ -8,6 +8,9 @@ pytorch-lightning and hydra into the environment) and pytorch-metric-learning's 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -133,3 +136,26 @@ def test_unsupported_arguments_say_what_to_do():
         MetricLearningLoss(positives="views")
     with pytest.raises(ValueError, match="queue_size=64"):
         NTXentLoss(memory_bank_size=64)
+
+
+def test_docs_quote_the_benchmark_file():
+    root = Path(__file__).resolve().parents[1]
+    docs = " ".join((root / "docs" / "losses.md").read_text().split())
+    rows = {(r["pair"].split()[0], r["B"]): r for r in
+            json.loads((root / "benchmarks" / "results" / "dropin_losses_cpu.json").read_text())["rows"]}
+
+    def ratios(name: str, B: int, digits: int = 2) -> tuple[str, str]:
+        row = rows[(name, B)]
+        return f"{row['time_ratio']['median']:.{digits}f}x", f"{row['memory_ratio']['median']:.{digits}f}x"
+
+    (t1, m1), (t2, m2) = ratios("SupConLoss", 128), ratios("SupConLoss", 512)
+    assert f"{t1} the time and {m1} the peak memory at B = 128, {t2} and {m2} at B = 512" in docs
+    (t1, m1), (t2, m2) = ratios("NTXentLoss", 128), ratios("NTXentLoss", 512)
+    assert f"{t1} and {m1} at B = 128, {t2} and {m2} at B = 512" in docs
+    pml_128, pml_512 = rows[("MetricLearningLoss", 128)], rows[("MetricLearningLoss", 512)]
+    t1, m1 = ratios("MetricLearningLoss", 128, digits=3)
+    assert (f"{t1} the time and {m1} the memory at B = 128 ({pml_128['ours_ms']:.0f} ms against "
+            f"{pml_128['reference_ms'] / 1e3:.1f} s, {pml_128['ours_peak_mib']:.1f} MiB against "
+            f"{pml_128['reference_peak_mib']:.0f} MiB)") in docs
+    assert "matrix of 4.3 GB" in docs and pml_512["reference_skipped"].endswith("4.3 GB")
+    assert f"took {pml_512['ours_ms']:.0f} ms and {pml_512['ours_peak_mib']:.0f} MiB" in docs
