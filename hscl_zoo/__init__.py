@@ -17,6 +17,7 @@ _EXPORTS = {
     # losses, the method table and diagnostics
     **dict.fromkeys(("LOSS_NAMES", "METHODS", "MethodSpec", "build_loss", "register_method"), "hscl_zoo.losses.methods"),
     "ContrastiveLoss": "hscl_zoo.losses.objective",
+    **dict.fromkeys(("MetricLearningLoss", "NTXentLoss", "SupConLoss"), "hscl_zoo.losses.compat"),
     **dict.fromkeys(("assumption_fraction", "lemma_losses", "DiagnosticsMeter"), "hscl_zoo.losses.diagnostics"),
     # models, registry and hub
     **dict.fromkeys(("ContrastiveEncoder", "create_model"), "hscl_zoo.models"),
@@ -39,6 +40,7 @@ __all__ = list(_EXPORTS)
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
 
 if _TYPE_CHECKING:
+    from hscl_zoo.losses.compat import MetricLearningLoss, NTXentLoss, SupConLoss
     from hscl_zoo.data.catalog import DATASETS, DatasetSpec, register_dataset
     from hscl_zoo.data.datasets import LoadedData, load_split, load_splits
     from hscl_zoo.data.loaders import make_loader

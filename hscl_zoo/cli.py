@@ -3,6 +3,7 @@
     hscl-zoo list 'hscl-*'                                  # zoo names and whether they are published
     hscl-zoo info hscl-beta-cifar10                         # one entry: repo, revision, paper top-1, ...
     hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20
+    hscl-zoo finetune runs/default/hub --dataset digits --epochs 5
     hscl-zoo eval runs/default/hub --out eval.json          # probe, kNN, retrieval, audit; JSON out
     hscl-zoo embed runs/default/hub photos/ --out photos.parquet
     hscl-zoo export runs/default/hub --format onnx --out exported/
@@ -185,6 +186,13 @@ def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_finetune(args: argparse.Namespace, settings: Sequence[str]) -> int:
+    from hscl_zoo.training.finetune import main as finetune_main
+
+    finetune_main(list(settings), prog=f"{PROG} finetune")
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     if args.format == "timm" and args.output is not None:
         raise ValueError("--output applies to onnx and torchscript; a timm folder gives the logits, and the pooled "
@@ -238,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (``main`` runs it)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:9]))
+                                     epilog="\n".join(__doc__.splitlines()[2:10]))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -273,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     train_summary = "Pretrain an encoder, as accelerate launch recipes/pretrain.py (--help lists every --key)."
     commands.add_parser("train", help=train_summary, description=train_summary, add_help=False)
 
+    finetune_summary = ("Fine-tune an encoder into a classifier, as accelerate launch recipes/finetune.py MODEL "
+                        "(--help lists every option).")
+    commands.add_parser("finetune", help=finetune_summary, description=finetune_summary, add_help=False)
+
     cmd = _command(commands, "export", _cmd_export, "Write the encoder as a timm folder, ONNX or TorchScript.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     cmd.add_argument("--format", required=True, choices=EXPORT_FORMATS)
@@ -299,10 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hscl-zoo`` with ``argv`` (default: the process arguments); returns the exit status."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command != "train" and rest:
+    passed_on = {"train": _cmd_train, "finetune": _cmd_finetune}
+    if args.command not in passed_on and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return _cmd_train(args, rest) if args.command == "train" else args.handler(args)
+        return passed_on[args.command](args, rest) if args.command in passed_on else args.handler(args)
     except _USER_ERRORS as error:
         print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
         return 1

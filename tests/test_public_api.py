@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_NAMES = {
     # losses, the method table, diagnostics
     "LOSS_NAMES", "METHODS", "MethodSpec", "ContrastiveLoss", "build_loss", "register_method",
-    "assumption_fraction", "lemma_losses", "DiagnosticsMeter",
+    "assumption_fraction", "lemma_losses", "DiagnosticsMeter", "MetricLearningLoss", "NTXentLoss", "SupConLoss",
     # models and the zoo
     "ContrastiveEncoder", "create_model", "ZooEntry", "info", "list_models", "load", "push_to_hub",
     "save_pretrained",

@@ -9,6 +9,7 @@ functions, the global-batch gather, the paper's diagnostics and the method table
     diagnostics   Assumption 1 and the Lemma-1 losses of the paper's Sec. V-B
     queue         MemoryQueue: a labelled FIFO of earlier batches' rows, extra candidates
     reference     a plain-loop float64 implementation, for tests and benchmarks
+    compat        drop-in losses with SupContrast's, lightly's and pytorch-metric-learning's calls
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from hscl_zoo._lazy import lazy_exports as _lazy_exports
 
 _EXPORTS = {
+    **dict.fromkeys(("MetricLearningLoss", "NTXentLoss", "SupConLoss"), "hscl_zoo.losses.compat"),
     **dict.fromkeys(("ExponentialTilt", "LinearThresholdSchedule", "Threshold"), "hscl_zoo.losses.hardening"),
     **dict.fromkeys(("LOSS_NAMES", "METHODS", "Hyperparameter", "MethodSpec", "build_loss", "get_method",
                      "register_method"), "hscl_zoo.losses.methods"),
@@ -31,6 +33,9 @@ __all__ = [
     "METHODS",
     "MemoryQueue",
     "MethodSpec",
+    "MetricLearningLoss",
+    "NTXentLoss",
+    "SupConLoss",
     "Threshold",
     "build_loss",
     "get_method",
@@ -39,6 +44,7 @@ __all__ = [
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
 
 if _TYPE_CHECKING:
+    from hscl_zoo.losses.compat import MetricLearningLoss, NTXentLoss, SupConLoss
     from hscl_zoo.losses.hardening import ExponentialTilt, LinearThresholdSchedule, Threshold
     from hscl_zoo.losses.methods import (
         LOSS_NAMES,
