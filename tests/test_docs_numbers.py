@@ -34,6 +34,7 @@ GENERATED = re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S
 
 # Definitions, not measurements: each number with a file and the text in it that defines it.
 SPEC: dict[str, tuple[str, str]] = {
+    "3.11": ("pyproject.toml", 'requires-python = ">=3.11"'),
     "2209.00078": ("hscl_zoo/zoo/cards.py", 'PAPER_URL = "https://arxiv.org/abs/2209.00078"'),
     "0.5": ("hscl_zoo/training/config.py", "temperature: float = 0.5"),
     "1.0": ("hscl_zoo/losses/methods.py", '_BETA = Hyperparameter("beta", 1.0'),
