@@ -105,7 +105,7 @@ def config_page() -> None:
 
 
 def cli_page() -> None:
-    os.environ["COLUMNS"] = "100"
+    os.environ["COLUMNS"] = "88"
     from hscl_zoo.cli import build_parser
 
     parser = build_parser()
