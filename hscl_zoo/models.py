@@ -103,7 +103,8 @@ class ContrastiveEncoder(nn.Module):
         proj_hidden_dim: hidden width of the projection head (paper: 512).
         proj_dim: output width of the projection head (paper: 128).
         class_names: one name per class; defaults to ``"0"``, ``"1"``, ...
-        mean, std: per-channel normalisation; ImageNet statistics unless given.
+        mean: per-channel normalisation mean; ImageNet statistics unless given.
+        std: per-channel normalisation standard deviation; ImageNet statistics unless given.
         interpolation: resize interpolation of the eval transform.
         crop_pct: centre-crop fraction of the eval transform (1.0: no crop, as for CIFAR).
         crop_mode: timm crop mode of the eval transform.

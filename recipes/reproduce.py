@@ -2,7 +2,7 @@
 
     python recipes/reproduce.py --budget cpu-cifar10-10k --data_dir ../shared/data/cifar10
     python recipes/reproduce.py --budget cpu-tinyimagenet-20k --data_dir ../shared/data/tinyimagenet --seeds 0
-    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only --readme README.md  # from the run files
+    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only --readme docs/results.md  # from the run files
     python recipes/reproduce.py --budget gpu-cifar10 --data_dir ../shared/data/cifar10 --seeds 0
 
 Each run is `recipes/pretrain.py` in its own process under `<out>/runs/<method>-s<seed>/`; a
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--summary-only", action="store_true",
                         help="train nothing: rewrite the summary and figures from the finished runs/*.json")
     parser.add_argument("--readme", type=Path,
-                        help="also rewrite this README's <!-- results:BUDGET --> block with the summary's table and verdicts")
+                        help="also rewrite this page's (docs/results.md) <!-- results:BUDGET --> block with the summary's table and verdicts")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out or Path("results") / args.budget
     (out / "runs").mkdir(parents=True, exist_ok=True)

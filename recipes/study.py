@@ -2,7 +2,7 @@
 
     python recipes/study.py --study partial-labels-cifar10-10k --data_dir ../shared/data/cifar10 --seeds 0
     python recipes/study.py --study negatives-cifar10-10k --data_dir ../shared/data/cifar10 --seeds 0
-    python recipes/study.py --study negatives-cifar10-10k --summary-only --readme README.md  # from the run files
+    python recipes/study.py --study negatives-cifar10-10k --summary-only --readme docs/results.md  # from the run files
 
 Studies are declared in `hscl_zoo/reproduction/studies.py`. Each variant trained here is a
 `recipes/pretrain.py` run under `<out>/runs/<variant>-s<seed>/` (default out:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--budget-out", type=Path, help="the budget's results folder (default: results/<budget>)")
     parser.add_argument("--summary-only", action="store_true", help="train nothing: rewrite summary.md from the run files")
     parser.add_argument("--readme", type=Path,
-                        help="also rewrite this README's <!-- results:STUDY --> block with the table and verdicts")
+                        help="also rewrite this page's (docs/results.md) <!-- results:STUDY --> block with the table and verdicts")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     study = STUDIES[args.study]
     names = [v.name for v in study.variants]

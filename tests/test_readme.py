@@ -1,4 +1,5 @@
-"""The README's set-up commands are the ones CI runs, and the files it names exist."""
+"""The README's set-up commands are the ones CI runs, and the files the README and the docs pages
+name exist and hold the numbers quoted from them."""
 
 import json
 import re
@@ -6,6 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = {page.name: page.read_text() for page in (ROOT / "docs").glob("*.md")}
 
 
 def setup_commands() -> list[str]:
@@ -24,24 +26,38 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert setup_commands()[1] in (ROOT / ".ci" / "run").read_text()
 
 
-def test_paths_the_readme_names_exist():
-    named = re.findall(r"\b(recipes/[\w/.-]+\.(?:py|yaml)|benchmarks/\w+\.py|hscl_zoo/[\w/]+\.py|docs/\w+\.md)", README)
+def test_paths_the_readme_and_docs_name_exist():
+    pattern = r"\b(recipes/[\w/.-]+\.(?:py|yaml)|benchmarks/\w+\.py|hscl_zoo/[\w/]+\.py|docs/[\w-]+\.md)"
+    named = re.findall(pattern, README)
     assert "docs/losses.md" in named and "hscl_zoo/losses/fused.py" in named
+    for text in DOCS.values():
+        named += re.findall(pattern, text)
     for path in named:
         assert (ROOT / path).exists(), path
 
 
-def test_result_files_the_readme_links_exist_and_hold_json():
-    linked = re.findall(r"\]\(((?:benchmarks/)?results/[\w/.-]+\.json)\)", README)
+# written at build time by docs/gen_pages.py
+GENERATED_PAGES = ("config.md", "reference/")
+
+
+def test_pages_the_readme_and_docs_link_exist():
+    for source, text, base in [("README.md", README, ROOT), *((name, text, ROOT / "docs") for name, text in DOCS.items())]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if not re.match(r"[a-z]+:", target) and not target.startswith(GENERATED_PAGES):
+                assert (base / target).exists(), (source, target)
+
+
+def test_result_files_the_docs_link_exist_and_hold_json():
+    linked = [path for text in DOCS.values() for path in re.findall(r"\]\(\.\./((?:benchmarks/)?results/[\w/.-]+\.json)\)", text)]
     assert "benchmarks/results/loss_bench_cpu.json" in linked and "results/default-digits.json" in linked
     for path in linked:
         assert isinstance(json.loads((ROOT / path).read_text()), dict), path
 
 
-def test_readme_numbers_are_those_of_the_files_it_names():
-    flat = " ".join(README.split())
+def test_docs_numbers_are_those_of_the_files_they_name():
+    flat = " ".join(DOCS["results.md"].split())
     collapse = json.loads((ROOT / "benchmarks" / "results" / "queue_collapse.json").read_text())
-    assert collapse["table"] in README
+    assert collapse["table"] in DOCS["losses-guide.md"]
     run = json.loads((ROOT / "results" / "default-digits.json").read_text())
     assert f"{run['wall_seconds']:.0f} s wall" in flat
     assert (f"{run['linear_top1']:.1f} % linear-probe top-1 ({run['linear_top5']:.1f} % top-5; "
@@ -54,4 +70,4 @@ def test_readme_numbers_are_those_of_the_files_it_names():
             cells = [row["ratios"][f"hscl-beta b={beta} / floor"], row["ratios"][f"official / hscl-beta b={beta}"],
                      row["ratios"][f"official-style / official b={beta}"]]
             quoted = " | ".join(f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})" for r in cells)
-            assert f"| {row['B']} | {beta} | {quoted} |" in README, (row["B"], beta)
+            assert f"| {row['B']} | {beta} | {quoted} |" in DOCS["benchmarks.md"], (row["B"], beta)

@@ -124,9 +124,9 @@ def test_committed_summaries_are_what_the_run_files_give(budget, tmp_path):
         (tmp_path / "runs" / path.name).write_text(path.read_text())
     text = driver.main(["--budget", budget, "--summary-only", "--out", str(tmp_path)])
     assert text == (committed / "summary.md").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "results.md").read_text()
     assert report.quote_in_readme(readme, budget, text) == readme, (
-        f"README's results:{budget} block is stale: python recipes/reproduce.py --budget {budget} --summary-only --readme README.md")
+        f"docs/results.md's results:{budget} block is stale: python recipes/reproduce.py --budget {budget} --summary-only --readme docs/results.md")
 
 
 @pytest.mark.slow

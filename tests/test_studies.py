@@ -102,7 +102,7 @@ def test_every_committed_study_is_declared():
 
 @pytest.mark.parametrize("name", COMMITTED)
 def test_committed_study_summaries_are_what_the_run_files_give(name, tmp_path):
-    """results/studies/<name>/summary.md and the README block equal what --summary-only renders."""
+    """results/studies/<name>/summary.md and the docs/results.md block equal what --summary-only renders."""
     driver = load_driver()
     committed = ROOT / "results" / "studies" / name
     (tmp_path / "runs").mkdir()
@@ -111,9 +111,9 @@ def test_committed_study_summaries_are_what_the_run_files_give(name, tmp_path):
     budget_out = ROOT / "results" / STUDIES[name].budget
     text = driver.main(["--study", name, "--summary-only", "--out", str(tmp_path), "--budget-out", str(budget_out)])
     assert text == (committed / "summary.md").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "results.md").read_text()
     assert report.quote_in_readme(readme, name, text) == readme, (
-        f"README's results:{name} block is stale: python recipes/study.py --study {name} --summary-only --readme README.md")
+        f"docs/results.md's results:{name} block is stale: python recipes/study.py --study {name} --summary-only --readme docs/results.md")
 
 
 def test_an_unknown_variant_is_a_clear_error(tmp_path):

@@ -84,13 +84,19 @@ class BatchSimCLRAugment(nn.Module):
 
     Args:
         image_size: side S of the output views.
-        mean, std: per-channel normalisation.
+        mean: per-channel normalisation mean.
+        std: per-channel normalisation standard deviation.
         views: views per image for a (B, 3, H, W) input.
         strength: colour-jitter strength s (brightness, contrast, saturation 0.4 s; hue 0.1 s).
         blur: include the random Gaussian blur.
-        scale: crop area fraction range; ratio: crop aspect-ratio range (width / height).
-        blur_p, flip_p, jitter_p, grayscale_p: probabilities of the steps.
-        blur_sigma: blur sigma range; blur_kernel: kernel size (default ``blur_kernel_size(S)``).
+        scale: crop area fraction range.
+        ratio: crop aspect-ratio range (width / height).
+        blur_p: probability of the blur.
+        flip_p: probability of the horizontal flip.
+        jitter_p: probability of the colour jitter.
+        grayscale_p: probability of the grayscale step.
+        blur_sigma: blur sigma range.
+        blur_kernel: kernel size (default ``blur_kernel_size(S)``).
         seed: seed of the module's generator (see :meth:`set_epoch`).
     """
 

@@ -289,7 +289,7 @@ _SUMMARIES = {
     "hscl-beta": "hard supervised contrastive learning: SCL with negatives of other classes re-weighted by the "
                  "exponential tilt exp(β·s)",
     "hscl-tau": "hard supervised contrastive learning: SCL keeping only negatives of other classes whose similarity "
-                "passes a threshold that rises during training",
+                "passes a threshold that moves linearly from threshold_start to threshold_end over the epochs",
 }
 # Table 1 of the paper: linear-probe top-1 % (mean, std where the paper gives one), ResNet-50, 200 epochs.
 _TABLE_1 = {

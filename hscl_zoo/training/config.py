@@ -39,11 +39,11 @@ class PretrainConfig:
     """Every setting of a pretraining run; see the field comments for units and choices."""
 
     # data
-    dataset: str = "digits"
-    data_dir: str | None = None
+    dataset: str = "digits"  # a dataset name (hscl_zoo.DATASETS) or imagefolder:PATH, parquet:PATH, hf:owner/name
+    data_dir: str | None = None  # local folder of the dataset's parquet files (None: the Hub or its cache)
     subset: int | None = None  # class-balanced number of training images (None: all)
     full_test: bool = False  # with subset: keep the whole test split (else the same fraction of it)
-    views: int = 2
+    views: int = 2  # augmented views per image (V)
     label_positive_pairing: bool = False  # draw later views from other images of the same class
     labelled_fraction: float = 1.0  # seeded, class-balanced part of the training labels kept; the rest become -1
     train_on_unlabelled: bool = True  # false: pretrain on the labelled images only (the supervised baseline)
@@ -57,13 +57,13 @@ class PretrainConfig:
     mean: list | None = None  # per-channel RGB mean in [0, 1] (None: the dataset's, measured for own data)
     std: list | None = None  # per-channel RGB std (None: as mean)
     # model
-    backbone: str = "resnet18"
+    backbone: str = "resnet18"  # a timm model name
     stem: str = "default"  # "small" (3x3 stride-1 conv, no max-pool), "default" (timm's), "auto" (small up to 64 px)
     image_size: int | None = None  # None: the dataset's native size
     # objective
-    method: str = "hscl-beta"
-    temperature: float = 0.5
-    beta: float = 1.0
+    method: str = "hscl-beta"  # ucl, hucl, scl, hscl-beta or hscl-tau (hscl_zoo.METHODS)
+    temperature: float = 0.5  # the paper's gamma: cosines are divided by it
+    beta: float = 1.0  # exponential-tilt strength of H-UCL and H-SCL(beta)
     threshold_start: float = -0.3  # H-SCL(tau): cosine level at epoch 1 ...
     threshold_end: float = 0.0  # ... and at the last epoch (the paper's linear schedule)
     tau_plus: float = 0.0  # H-UCL debiasing class prior
@@ -72,20 +72,20 @@ class PretrainConfig:
     unlabelled_negatives: bool = True  # labelled anchors also contrast against unlabelled (-1) images
     queue_size: int = 0  # rows of earlier batches kept as extra candidates (hscl_zoo.losses.queue); 0: none
     queue_positives: bool = False  # same-label queue rows are positives too (label positives only)
-    queue_start_epoch: int = 1  # first epoch that reads and fills the queue (early embeddings go stale fast)
+    queue_start_epoch: int = 1  # first epoch that reads and fills the queue
     # optimisation
-    epochs: int = 8
+    epochs: int = 8  # passes over the training split
     batch_size: int = 256  # global, across processes: the contrastive batch every anchor meets
     chunk_size: int | None = None  # images encoded at once (each with its views) by the gradient cache; None: all
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 1e-6
+    optimizer: str = "adam"  # "adam" (the paper's), "adamw" or "sgd"
+    lr: float = 1e-3  # learning rate
+    weight_decay: float = 1e-6  # the optimiser's weight decay
     mixed_precision: str = "no"  # "no" or "bf16" (fp16 is refused: see validate)
-    seed: int = 0
-    num_workers: int = 0
+    seed: int = 0  # fixes the initialisation, batch order, augmentations and subsets
+    num_workers: int = 0  # DataLoader worker processes
     # fast path (None: on when training on a CUDA device, off on the CPU)
-    channels_last: bool | None = None
-    fused_optimizer: bool | None = None
+    channels_last: bool | None = None  # channels-last memory format for the model and batches
+    fused_optimizer: bool | None = None  # torch's fused Adam kernel
     gpu_augment: bool | None = None  # batched SimCLR views on the device from uint8 images
     cache_images: bool | None = None  # decode the training set once into memory (None: with gpu_augment)
     compile: bool = False  # torch.compile the model (the loss stays eager); off on CUDA too until measured there
@@ -95,16 +95,16 @@ class PretrainConfig:
     monitor_every: int = 1  # epochs between kNN monitors (and always the last)
     checkpoint_every: int = 1  # epochs between checkpoints (and always the last)
     # monitoring and evaluation
-    knn_k: int = 20
+    knn_k: int = 20  # neighbours voting in the kNN monitor and evaluation
     monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
     monitor_test_size: int | None = None  # class-balanced test images it classifies (None: all)
-    diagnostics: bool = True
+    diagnostics: bool = True  # log the paper's Sec. V-B diagnostics (Assumption 1, Lemma 1, Proposition 2) per epoch
     diagnostics_every: int | None = None  # batches between diagnostics updates, each a few (B*V)^2 passes, no host sync (None: 1 on CPU, 25 on CUDA)
-    probe_epochs: int = 100
+    probe_epochs: int = 100  # epochs of the final linear probe
     log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
     # output
-    output_dir: str = "runs/default"
-    keep_checkpoints: int = 2
+    output_dir: str = "runs/default"  # where the run writes config.json, metrics.jsonl, checkpoints/, hub/
+    keep_checkpoints: int = 2  # newest checkpoints kept
 
     def __post_init__(self) -> None:
         self.validate()

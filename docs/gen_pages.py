@@ -1,0 +1,148 @@
+"""Pages of the docs site generated at build time (mkdocs-gen-files), so they cannot drift from
+the code: the front page from README.md, every pretraining key from the PretrainConfig dataclass,
+every command's --help from the argparse parsers, and one API reference page per module. Files
+outside docs/ that a page links to (results, figures, benchmark files) are copied under `repo/`
+and the links pointed there."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import tokenize
+from pathlib import Path
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+REPO = "repo"
+
+
+def copy_into_site(path: str) -> str:
+    """Copy the repository file `path` into the site under repo/ and return its site path."""
+    target = f"{REPO}/{path}"
+    with mkdocs_gen_files.open(target, "wb") as out:
+        out.write((ROOT / path).read_bytes())
+    return target
+
+
+def point_outside_links(text: str, base: str) -> str:
+    """Links to repository files outside docs/ (relative to `base`, the page's folder in the
+    repository) point at the site's copies; links between pages stay."""
+
+    def replace(match: re.Match) -> str:
+        target, anchor = match.group(2), match.group(3) or ""
+        if re.match(r"[a-z]+:|#", target):
+            return match.group(0)
+        path = os.path.normpath(os.path.join(base, target))
+        if path.startswith("docs/") and path.endswith(".md"):
+            return f"{match.group(1)}({path[len('docs/'):]}{anchor})"
+        if (ROOT / path).is_file():
+            return f"{match.group(1)}({copy_into_site(path)}{anchor})"
+        if (ROOT / path).is_dir():
+            return match.group(1)[1:-1]
+        raise SystemExit(f"docs: {base or '.'}: link to a missing file {target}")
+
+    return re.sub(r"(!?\[[^\]]*\])\(([^)#\s]+)(#[^)\s]*)?\)", replace, text)
+
+
+def front_page() -> None:
+    text = (ROOT / "README.md").read_text()
+    with mkdocs_gen_files.open("index.md", "w") as out:
+        out.write(point_outside_links(text, ""))
+
+
+def rewrite_pages() -> None:
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text()
+        rewritten = point_outside_links(text, "docs")
+        if rewritten != text:
+            with mkdocs_gen_files.open(page.name, "w") as out:
+                out.write(rewritten)
+
+
+def config_fields() -> list[tuple[str, str, str, str, str]]:
+    """(section, key, type, default, meaning) of every PretrainConfig field, read from the source:
+    the section comment above a group of fields and the comment that ends a field's line."""
+    source = (ROOT / "hscl_zoo/training/config.py").read_text()
+    comments = {tok.start[0]: tok.string.lstrip("# ").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    (cls,) = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "PretrainConfig"]
+    rows, section = [], ""
+    for node in cls.body:
+        if not isinstance(node, ast.AnnAssign):
+            continue
+        above = node.lineno - 1
+        if above in comments and lines[above - 1].lstrip().startswith("#"):
+            section = comments[above]
+        meaning = comments.get(node.lineno, "") if not lines[node.lineno - 1].lstrip().startswith("#") else ""
+        if not meaning:
+            raise SystemExit(f"docs: PretrainConfig.{node.target.id} has no comment saying what it is "
+                             "(hscl_zoo/training/config.py); add one at the end of its line.")
+        rows.append((section, node.target.id, ast.unparse(node.annotation), ast.unparse(node.value), meaning))
+    return rows
+
+
+def config_page() -> None:
+    out = io.StringIO()
+    out.write("# Pretraining keys\n\n"
+              "Every key of `hscl_zoo.training.PretrainConfig`, generated from the dataclass in "
+              "`hscl_zoo/training/config.py` at build time. A run takes the defaults, then the YAML file "
+              "(`--config`), then `--key value` overrides; an unknown key is an error listing the valid ones. "
+              "The resolved config is written to the run's `config.json`.\n")
+    section = None
+    for group, key, kind, default, meaning in config_fields():
+        if group != section:
+            section = group
+            out.write(f"\n## {group[0].upper() + group[1:]}\n\n| key | type | default | what it sets |\n|---|---|---|---|\n")
+        meaning = meaning.replace("|", "\\|")
+        out.write(f"| `{key}` | `{kind.replace('|', '&#124;')}` | `{default}` | {meaning} |\n")
+    with mkdocs_gen_files.open("config.md", "w") as f:
+        f.write(out.getvalue())
+
+
+def cli_page() -> None:
+    os.environ["COLUMNS"] = "88"
+    from hscl_zoo.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    text = (DOCS / "cli.md").read_text()
+    out = io.StringIO()
+    out.write("\n## Every option\n\nGenerated from the argparse parsers in `hscl_zoo/cli.py` at build time.\n")
+    for name, sub in commands.choices.items():
+        out.write(f"\n### hscl-zoo {name}\n\n")
+        if name == "train":
+            out.write(f"{sub.description} Its keys are the [pretraining keys](config.md), as `--key value`.\n")
+            continue
+        out.write("```text\n" + sub.format_help().replace("usage: ", "", 1) + "```\n")
+    with mkdocs_gen_files.open("cli.md", "w") as f:
+        f.write(point_outside_links(text, "docs") + out.getvalue())
+
+
+def reference_pages() -> None:
+    """One page per module of the package (private modules left out), and their nav."""
+    nav = mkdocs_gen_files.Nav()
+    for path in sorted((ROOT / "hscl_zoo").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if any(part.startswith("_") for part in parts):
+            continue
+        module = ".".join(parts)
+        page = f"reference/{'/'.join(parts)}.md"
+        nav[parts] = f"{'/'.join(parts)}.md"
+        with mkdocs_gen_files.open(page, "w") as out:
+            out.write(f"# `{module}`\n\n::: {module}\n")
+    with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as out:
+        out.writelines(nav.build_literate_nav())
+
+
+front_page()
+rewrite_pages()
+config_page()
+cli_page()
+reference_pages()

@@ -1,0 +1,222 @@
+"""Every measured number that README.md and docs/*.md quote has a source.
+
+Convention: a measured number (one with a decimal point, or with a unit: %, s, ms, min, MiB, GiB,
+x, img/s, views/s, points) sits in a paragraph, list or table that names the file it comes from,
+a path under `results/` or `benchmarks/results/`, or follows, under the same heading, the block
+that names it. For each such file this test rebuilds, from the file's raw fields (never from a
+pre-rendered copy such as queue_collapse.json's `table`), the text the docs quote, and every
+measured number of the quoting block must be one of the numbers of that text. A number that is a
+definition rather than a measurement (a default, a threshold, the paper's settings) is in SPEC with
+the code or config text that defines it. Code (fenced, indented, inline) and the generated
+`<!-- results:NAME -->` blocks are left out: tests/test_reproduce.py rebuilds those.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from scipy.stats import t as student_t
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+UNIT = r"(?:\s?(?:%|ms|min|s|MiB|GiB|img/s|views/s|points)|x)"
+NUMBER = re.compile(r"(?<![\w.^])[+-]?(\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(" + UNIT + r")?(?![\w/]|\.\w)")
+CITATION = re.compile(r"(?:benchmarks/)?results/[\w/.*-]+")
+GENERATED = re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S)
+
+# Definitions, not measurements: each number with a file and the text in it that defines it.
+SPEC: dict[str, tuple[str, str]] = {
+    "3.11": ("pyproject.toml", 'requires-python = ">=3.11"'),
+    "2209.00078": ("hscl_zoo/zoo/cards.py", 'PAPER_URL = "https://arxiv.org/abs/2209.00078"'),
+    "0.5": ("hscl_zoo/training/config.py", "temperature: float = 0.5"),
+    "1.0": ("hscl_zoo/losses/methods.py", '_BETA = Hyperparameter("beta", 1.0'),
+    "0.3": ("hscl_zoo/training/config.py", "threshold_start: float = -0.3"),
+    "0.0": ("hscl_zoo/losses/methods.py", '_HSCL_THRESHOLD = Hyperparameter("threshold", 0.0'),
+    "0.9": ("hscl_zoo/training/monitoring.py", "COLLAPSED_COSINE = 0.9"),
+    "95%": ("hscl_zoo/reproduction/statistics.py", "two-sided 95 % Student-t interval"),
+    "85%": ("hscl_zoo/training/resources.py", "more than 85% of them"),
+    "0.2": ("hscl_zoo/training/config.py", "test_fraction: float = 0.2"),
+    "0.08": ("hscl_zoo/data/transforms.py", "scale: tuple[float, float] = (0.08, 1.0)"),
+    "0.4": ("hscl_zoo/data/transforms.py", "v2.ColorJitter(0.4 * strength"),
+    "0.1": ("hscl_zoo/data/transforms.py", "0.1 * strength)"),
+    "0.8": ("hscl_zoo/data/transforms.py", "v2.RandomApply([jitter], p=0.8)"),
+    "10%": ("hscl_zoo/data/transforms.py", "(10% of the side, as in SimCLR)"),
+    "0.05": ("hscl_zoo/losses/diagnostics.py", "NEGATIVE_COSINE_QUANTILES = (0.05"),
+}
+
+
+def measured(text: str) -> set[str]:
+    """The measured numbers of a text, normalised: no sign, no space before the unit."""
+    found = set()
+    for match in NUMBER.finditer(text):
+        number, unit = match.group(1), (match.group(2) or "").strip()
+        if "." in number or unit:
+            found.add(number.replace(",", "") + unit)
+    return found
+
+
+def prose_blocks(page: Path) -> list[tuple[str, str]]:
+    """(block with code removed, block as written) for each paragraph, list or table of a page."""
+    text = GENERATED.sub("", page.read_text())
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    blocks = []
+    for raw in re.split(r"\n\s*\n", text):
+        lines = [line for line in raw.splitlines() if not line.startswith("    ")]
+        written = "\n".join(lines)
+        prose = re.sub(r"`[^`]*`", "", written)
+        prose = re.sub(r"\]\([^)]*\)", "]", prose)
+        prose = re.sub(r"<!--.*?-->", "", prose, flags=re.S)
+        blocks.append((prose, written))
+    return blocks
+
+
+def _json(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
+def _sci(x: float) -> str:
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def default_run() -> str:
+    run = _json("results/default-digits.json")
+    return (f"{run['wall_seconds']:.0f} s wall; {run['linear_top1']:.1f} % linear-probe top-1 "
+            f"({run['linear_top5']:.1f} % top-5; kNN {run['knn_top1']:.1f} %); commit {run['git_commit'][:7]}")
+
+
+def gradient_cache_table() -> str:
+    rows = {row["mode"]: row for row in _json("benchmarks/results/gradient_cache_amd-epyc-2-cores.json")["rows"]}
+    direct, cache = rows["direct"], rows["cache"]
+    return ("| step's gradient | peak memory (RSS growth) | process CPU time | wall time |\n"
+            "|---|---:|---:|---:|\n"
+            f"| direct (one graph) | {direct['peak_mib']:,.0f} MiB | {direct['step_cpu_s']:.1f} s | {direct['step_s']:.1f} s |\n"
+            f"| gradient cache, chunks of {cache['chunk_size']} | {cache['peak_mib']:,.0f} MiB "
+            f"({cache['peak_mib'] / direct['peak_mib']:.3f}x) | {cache['step_cpu_s']:.1f} s "
+            f"({cache['step_cpu_s'] / direct['step_cpu_s']:.2f}x) | {cache['step_s']:.1f} s |")
+
+
+def queue_collapse_table(every: int = 5) -> str:
+    steps = _json("benchmarks/results/queue_collapse.json")["steps"]
+    lines = ["| step | " + " | ".join(steps) + " |", "|---:|" + "---:|" * len(steps)]
+    for step in range(every, len(next(iter(steps.values()))) + 1, every):
+        cells = []
+        for rows in steps.values():
+            (row,) = [r for r in rows if r["step"] == step]
+            cells.append(f"{row['batch_median_cos']:.3f}")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def loss_bench_tables() -> tuple[str, str]:
+    bench = _json("benchmarks/results/loss_bench_cpu.json")
+    betas = ["0.5", "1", "2"]
+    times = ["| B | floor | ucl | hucl | scl | hscl-tau | hscl-beta, beta = 0.5 / 1 / 2 | official, beta = 0.5 / 1 / 2 "
+             "| official-style, beta = 0.5 / 1 / 2 | loop-reference |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ratios = ["| B | beta | hscl-beta / floor | official / hscl-beta | official-style / official |",
+              "|---|---:|---:|---:|---:|"]
+    for row in bench["rows"]:
+        if row["threads"] != 1:
+            continue
+        ms = row["median_ms"]
+        trio = [" / ".join(_ms(ms[f"{name} b={b}"]) for b in betas) for name in ("hscl-beta", "official", "official-style")]
+        times.append(f"| {row['B']} | " + " | ".join(_ms(ms[k]) for k in ("floor", "ucl", "hucl", "scl", "hscl-tau"))
+                     + " | " + " | ".join(trio) + f" | {_ms(ms.get('loop-reference'))} |")
+        if row["B"] == 256:
+            continue
+        for b in betas:
+            cells = [row["ratios"][key] for key in (f"hscl-beta b={b} / floor", f"official / hscl-beta b={b}",
+                                                     f"official-style / official b={b}")]
+            ratios.append(f"| {row['B']} | {b} | " + " | ".join(
+                f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})" for r in cells) + " |")
+    return "\n".join(times), "\n".join(ratios)
+
+
+def loss_bench() -> str:
+    bench = _json("benchmarks/results/loss_bench_cpu.json")
+    return "\n".join(loss_bench_tables()) + f"\ntemperature {bench['temperature']}; betas {bench['betas']}"
+
+
+def loss_precision() -> str:
+    rows = _json("benchmarks/results/loss_precision_after.json")["rows"]
+    worst_value = max(rows, key=lambda r: r["value_rel_err"])
+    worst_grad = max(rows, key=lambda r: r["grad_rel_err"])
+    temperatures = sorted({r["temperature"] for r in rows})
+    return (f"T in {{{', '.join(map(str, temperatures))}}}: worst {_sci(worst_value['value_rel_err'])} on the value, "
+            f"{_sci(worst_grad['grad_rel_err'])} on the gradient at T = {worst_grad['temperature']}")
+
+
+def _runs(pattern: str) -> list[dict]:
+    return [json.loads(Path(p).read_text()) for p in sorted(glob.glob(str(ROOT / pattern)))]
+
+
+def negatives_study() -> str:
+    """Plain batch 64 against plain batch 256 (the paired t interval written out here), the steps
+    each took, and how high the queue started at epoch 4 takes the collapse rule's quantile."""
+    b64 = {r["seed"]: r for r in _runs("results/studies/negatives-cifar10-10k/runs/b64-s*.json")}
+    b256 = {r["seed"]: r for r in _runs("results/cpu-cifar10-10k/runs/hscl-beta-s*.json")}
+    diffs = [b64[s]["top1"] - b256[s]["top1"] for s in sorted(b64)]
+    mean = sum(diffs) / len(diffs)
+    half = student_t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    rows, small, large = b64[0]["config"]["subset"], b64[0]["config"]["batch_size"], b256[0]["config"]["batch_size"]
+    (e4,) = _runs("results/studies/negatives-cifar10-10k/runs/b64-queue-e4-s0.json")
+    return (f"{mean:+.2f} points [95 % CI {mean - half:+.2f}, {mean + half:+.2f}]; {large // small}x as many steps "
+            f"({rows // small} against {rows // large}); e4 peaks at {max(e['neg_cos_q05'] for e in e4['history']):.3f}")
+
+
+SOURCES: dict[str, Callable[[], str]] = {
+    r"results/default-digits\.json": default_run,
+    r"benchmarks/results/gradient_cache_[\w-]+\.json": gradient_cache_table,
+    r"benchmarks/results/queue_collapse\.json": queue_collapse_table,
+    r"benchmarks/results/loss_bench_cpu\.json": loss_bench,
+    r"benchmarks/results/loss_precision_after\.json": loss_precision,
+    r"results/studies/negatives-cifar10-10k/runs/": negatives_study,
+}
+
+
+def sourced(citations: list[str]) -> set[str]:
+    numbers: set[str] = set()
+    for cited in citations:
+        for pattern, render in SOURCES.items():
+            if re.match(pattern, cited):
+                numbers |= measured(render())
+    return numbers
+
+
+def test_spec_numbers_are_defined_where_they_say():
+    for number, (path, text) in SPEC.items():
+        assert text in (ROOT / path).read_text(), (number, path, text)
+        assert number in measured(text), (number, text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_measured_number_has_a_source(page):
+    unsourced = []
+    section: list[str] = []
+    for prose, written in prose_blocks(page):
+        if written.lstrip().startswith("#"):
+            section = []
+        citations = CITATION.findall(written) or section
+        section = citations
+        allowed = sourced(citations) | set(SPEC)
+        for number in sorted(measured(prose) - allowed):
+            unsourced.append(f"{number} in: {' '.join(prose.split())[:100]}")
+    assert not unsourced, f"{page.name}: numbers with no source file:\n" + "\n".join(unsourced)
+
+
+def test_quoted_tables_are_rebuilt_from_the_raw_fields():
+    docs = "\n".join(page.read_text() for page in PAGES)
+    for table in (gradient_cache_table(), queue_collapse_table(), *loss_bench_tables()):
+        assert table in docs, table.splitlines()[0]
