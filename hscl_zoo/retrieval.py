@@ -52,9 +52,11 @@ def retrieval_metrics(
     """Recall@K, Precision@1, MAP@R and mAP (%) of ``query_feats`` against a gallery.
 
     Args:
-        query_feats, query_labels: (Nq, D) features and (Nq,) integer labels of the queries.
-        gallery_feats, gallery_labels: the gallery; both ``None`` for leave-one-out within the
-            query split (each query ranks the other queries).
+        query_feats: (Nq, D) features of the queries.
+        query_labels: (Nq,) integer labels of the queries.
+        gallery_feats: (Ng, D) features of the gallery; ``None`` with ``gallery_labels`` for
+            leave-one-out within the query split (each query ranks the other queries).
+        gallery_labels: (Ng,) integer labels of the gallery, or ``None`` (see ``gallery_feats``).
         ks: the K of Recall@K.
         max_chunk_bytes: bound on the working memory of one chunk of queries.
         device: where the similarities are computed (default: where the gallery features are).
