@@ -2,6 +2,7 @@
 models carry their measured results beside the paper's."""
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -172,3 +173,37 @@ def test_card_shows_retrieval_and_audit_of_the_evaluation(trained_config):
         card.index("### Representation audit")
     assert render_card(trained_config, {"top1": 75.3}, evaluation={"top1": 75.3}) == render_card(
         trained_config, {"top1": 75.3})
+
+
+def _evidence_results(tmp_path: Path, budget: str, top1: dict[tuple[str, int], float]) -> Path:
+    """A results/ folder holding copies of committed cpu-cifar10-10k runs at `budget`, with the
+    linear top-1 of each (method, seed) replaced by a value chosen here."""
+    runs = tmp_path / "results" / budget / "runs"
+    runs.mkdir(parents=True)
+    for (method, seed), value in top1.items():
+        record = json.loads((ROOT / "results" / "cpu-cifar10-10k" / "runs" / f"{method}-s{seed}.json").read_text())
+        (runs / f"{method}-s{seed}.json").write_text(json.dumps({**record, "top1": value}))
+    return tmp_path / "results"
+
+
+def test_registry_card_quotes_the_method_at_its_datasets_evidence_budget(tmp_path):
+    results = _evidence_results(tmp_path, "cpu-cifar10-10k", {
+        ("scl", 0): 50.0, ("scl", 1): 52.0, ("hscl-beta", 0): 53.0, ("hscl-beta", 1): 56.0})
+    card = render_card(info("hscl-beta-cifar10"), cpu_results=results)
+    section = card.split("### H-SCL(β) at a CPU budget (not this model, not the paper's budget)", 1)[1]
+    # mean 54.5, sample sd sqrt(2 * 1.5^2) = 2.12; per-seed differences 3 and 4: mean 3.5, standard
+    # error 0.5, t(0.975, 1 df) = 12.706: 3.5 -/+ 6.35
+    row = next(line for line in section.splitlines() if line.startswith("| `cpu-cifar10-10k`"))
+    assert row.startswith("| `cpu-cifar10-10k` | 2 | 54.50 ± 2.12 | ")
+    assert row.endswith(" | +3.50 [-2.85, +9.85] |")
+    assert "- `cpu-cifar10-10k`: The CPU evidence budget" in section
+
+
+def test_card_evidence_skips_other_methods_smoke_budgets_and_a_wheel(tmp_path):
+    results = _evidence_results(tmp_path, "cpu-cifar10", {("scl", 0): 50.0, ("hscl-beta", 0): 53.0})
+    assert "at a CPU budget" not in render_card(info("hscl-beta-cifar10"), cpu_results=results)
+    results = _evidence_results(tmp_path / "b", "cpu-cifar10-10k", {("scl", 0): 50.0})
+    assert "at a CPU budget" not in render_card(info("hscl-beta-cifar10"), cpu_results=results)
+    assert "at a CPU budget" in render_card(info("scl-cifar10"), cpu_results=results)
+    assert "at a CPU budget" not in render_card(info("scl-cifar100"), cpu_results=results)
+    assert "at a CPU budget" not in render_card(info("scl-cifar10"), cpu_results=tmp_path / "absent")

@@ -17,9 +17,12 @@ from hscl_zoo.data.catalog import get_spec
 
 @dataclass(frozen=True)
 class Budget:
+    """`evidence`: its runs are evidence about the methods (the model cards of its dataset quote
+    them); a smoke or test budget is not."""
     name: str
     description: str
     settings: dict[str, Any] = field(default_factory=dict)
+    evidence: bool = False
 
 
 BUDGETS: dict[str, Budget] = {b.name: b for b in (
@@ -35,24 +38,26 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
            "classifies 5,000 balanced test images "
            "from a 5,000-image bank; the final linear probe and kNN use all of both splits.",
            dict(dataset="cifar10", subset=10000, full_test=True, backbone="resnet18", stem="default", epochs=15,
-                batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000)),
+                batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000),
+           evidence=True),
     Budget("cpu-tinyimagenet-20k",
            "Tiny ImageNet resized to 32 px: 100 training images per class (20,000), the full 10,000-image "
            "validation split as test, 10 epochs; otherwise as cpu-cifar10-10k.",
            dict(dataset="tinyimagenet", subset=20000, full_test=True, image_size=32, backbone="resnet18",
                 stem="default", epochs=10, batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000,
-                monitor_test_size=5000)),
+                monitor_test_size=5000), evidence=True),
     Budget("cpu-cifar100-10k",
            "CIFAR-100 at the CIFAR-10 evidence budget: a class-balanced 10,000-image subset (100 images per "
            "class), the full 10,000-image test split, ResNet-18 with timm's stem at 32 px, batch 256, 15 epochs. "
            "A batch of 256 holds about 2.6 images of each class, so most anchors have one or two label "
            "positives besides their own view and nearly every negative is of another class.",
            dict(dataset="cifar100", subset=10000, full_test=True, backbone="resnet18", stem="default", epochs=15,
-                batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000)),
+                batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000),
+           evidence=True),
     Budget("gpu-cifar10",
            "One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem, bf16, batch 512, 50 epochs.",
            dict(dataset="cifar10", backbone="resnet18", stem="small", epochs=50, batch_size=512, probe_epochs=100,
-                knn_k=200, monitor_train_size=10000, mixed_precision="bf16", num_workers=12)),
+                knn_k=200, monitor_train_size=10000, mixed_precision="bf16", num_workers=12), evidence=True),
     Budget("tiny-digits",
            "The test suite's budget: seconds on the embedded digits.",
            dict(dataset="digits", subset=200, backbone="resnet18", stem="default", epochs=2, batch_size=64,
@@ -69,8 +74,9 @@ THRESHOLD_START_QUANTILE, THRESHOLD_END_QUANTILE = "neg_cos_q50", "neg_cos_q75"
 def threshold_schedule(runs_dir: Path, seed: int) -> dict[str, float]:
     """H-SCL(tau)'s threshold_start / threshold_end at a budget, from the SCL run of the same seed:
     the median other-label negative cosine at its first epoch and the 75th percentile at its last,
-    rounded to 0.01, so that the threshold selects a subset (about half the negatives early, a
-    quarter late) rather than all of them."""
+    rounded to 0.01, so that the threshold selects a subset rather than all of them: half of SCL's
+    negatives early, a quarter late (H-SCL(tau)'s own negatives sit closer to their anchors, so it
+    keeps more; each run logs the fraction it kept)."""
     scl_path = runs_dir / f"scl-s{seed}.json"
     if not scl_path.is_file():
         raise ValueError(f"H-SCL(tau) takes its threshold schedule from {scl_path}, which does not exist yet; "

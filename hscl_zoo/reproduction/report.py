@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Any
 
+from hscl_zoo.reproduction.budgets import BUDGETS, Budget
 from hscl_zoo.reproduction.summary import (
     KEEPS_EVERYTHING,
     display,
@@ -127,6 +129,28 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
         "Every number here is recomputed from `runs/*.json` by `recipes/reproduce.py`.\n"
     )
     return text.getvalue()
+
+
+def evidence_rows(results: Path, method: str, dataset: str) -> list[tuple[Budget, dict[str, Any]]]:
+    """`method`'s summary row (as in summary.md) at every evidence budget of `dataset` that has
+    finished runs of it under `results` (the repository's results/ folder), budget table order."""
+    rows = []
+    for budget in BUDGETS.values():
+        if not budget.evidence or budget.settings["dataset"] != dataset:
+            continue
+        records = [json.loads(p.read_text()) for p in sorted((results / budget.name / "runs").glob("*.json"))]
+        rows += [(budget, row) for row in method_rows(records) if row["method"] == method] if records else []
+    return rows
+
+
+def evidence_table(rows: list[tuple[Budget, dict[str, Any]]]) -> str:
+    """The Markdown table of `evidence_rows`: accuracies over seeds and the paired difference
+    against SCL, formatted as in summary.md."""
+    lines = ["| budget | seeds | linear top-1 (%) | kNN top-1 (%) | minus SCL, paired [95% CI] |",
+             "|---|---:|---|---|---|"]
+    lines += [f"| `{budget.name}` | {r['seeds']} | {r['top1_mean']:.2f} ± {r['top1_std']:.2f} | "
+              f"{r['knn_top1_mean']:.2f} ± {r['knn_top1_std']:.2f} | {_diff(r, 'scl')} |" for budget, r in rows]
+    return "\n".join(lines)
 
 
 def _threshold_table(records: list[Record]) -> str:
