@@ -26,3 +26,29 @@ def digits():
     from hscl_zoo.data import load_splits
 
     return load_splits("digits")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_budget_and_study():
+    """The suite's own budget (`tiny-digits`: seconds on the embedded digits) and study
+    (`tiny-queue`), registered for the test session only, so the production tables list real
+    budgets and studies alone."""
+    from hscl_zoo.reproduction.budgets import BUDGETS, Budget
+    from hscl_zoo.reproduction.studies import STUDIES, Comparison, Study, Variant, check_study
+
+    budget = Budget("tiny-digits", "The test suite's budget: seconds on the embedded digits.",
+                    dict(dataset="digits", subset=200, backbone="resnet18", stem="default", epochs=2, batch_size=64,
+                         probe_epochs=10, knn_k=20, monitor_train_size=200))
+    study = Study(
+        "tiny-queue", "tiny-digits", "The test suite's study: seconds on the embedded digits.",
+        (Variant("scl", "the budget's own SCL run", budget_method="scl"),
+         Variant("scl-queue", "SCL with a 64-row queue", dict(method="scl", queue_size=64)),
+         Variant("ucl-fifth", "the budget's own UCL run probed with a fifth of the labels", budget_method="ucl",
+                 probe=dict(labelled_fraction=0.2))),
+        (Comparison("The queue helps SCL", "scl-queue", "scl"),
+         Comparison("The queue matches SCL (within 1 point)", "scl-queue", "scl", "matches")))
+    BUDGETS[budget.name] = budget
+    check_study(study)
+    STUDIES[study.name] = study
+    yield
+    del STUDIES[study.name], BUDGETS[budget.name]

@@ -4,6 +4,8 @@ from run files, the H-SCL(tau) threshold read from SCL's measured negatives, a r
 import csv
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,19 @@ def test_tiny_sweep_writes_a_complete_table_and_skips_finished_runs(tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in runs}
     driver.main(args)
     assert {p: p.stat().st_mtime_ns for p in runs} == stamps, "finished runs must be skipped"
+
+
+def test_the_production_tables_hold_documented_budgets_and_studies_only():
+    """A fresh interpreter (no test fixture registered anything) lists the budgets and studies a
+    user gets; each has its own heading or row on the results page, and none is the suite's."""
+    listed = subprocess.run(
+        [sys.executable, "-c", "from hscl_zoo.reproduction.budgets import BUDGETS; "
+                               "from hscl_zoo.reproduction.studies import STUDIES; "
+                               "print(' '.join(BUDGETS)); print(' '.join(STUDIES))"],
+        capture_output=True, text=True, check=True, cwd=ROOT).stdout.splitlines()
+    budget_names, study_names = listed[0].split(), listed[1].split()
+    page = (ROOT / "docs" / "results.md").read_text()
+    table = {line.split("|")[1].strip().split()[0].strip("`") for line in page.splitlines() if line.startswith("| `")}
+    headings = {line.lstrip("# ").split()[0] for line in page.splitlines() if line.startswith("#")}
+    assert set(budget_names) == table and set(study_names) <= headings
+    assert not {"tiny-digits", "tiny-queue"} & set(budget_names + study_names)

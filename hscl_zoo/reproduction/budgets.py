@@ -58,10 +58,6 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
            "One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem, bf16, batch 512, 50 epochs.",
            dict(dataset="cifar10", backbone="resnet18", stem="small", epochs=50, batch_size=512, probe_epochs=100,
                 knn_k=200, monitor_train_size=10000, mixed_precision="bf16", num_workers=12), evidence=True),
-    Budget("tiny-digits",
-           "The test suite's budget: seconds on the embedded digits.",
-           dict(dataset="digits", subset=200, backbone="resnet18", stem="default", epochs=2, batch_size=64,
-                probe_epochs=10, knn_k=20, monitor_train_size=200)),
 )}
 
 # Within a seed: the headline pair first, and SCL before H-SCL(tau), whose threshold comes from SCL.

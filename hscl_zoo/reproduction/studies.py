@@ -113,18 +113,6 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
             Comparison("H-SCL(β) on mixed batches beats UCL", "hscl-beta-mixed", "ucl"),
         ),
     ),
-    Study(
-        "tiny-queue", "tiny-digits",
-        "The test suite's study: seconds on the embedded digits.",
-        (
-            Variant("scl", "the budget's own SCL run", budget_method="scl"),
-            Variant("scl-queue", "SCL with a 64-row queue", dict(method="scl", queue_size=64)),
-            Variant("ucl-fifth", "the budget's own UCL run probed with a fifth of the labels", budget_method="ucl",
-                    probe=dict(labelled_fraction=0.2)),
-        ),
-        (Comparison("The queue helps SCL", "scl-queue", "scl"),
-         Comparison("The queue matches SCL (within 1 point)", "scl-queue", "scl", "matches")),
-    ),
 )}
 
 
