@@ -58,7 +58,7 @@ def retrieval_metrics(
             leave-one-out within the query split (each query ranks the other queries).
         gallery_labels: (Ng,) integer labels of the gallery, or ``None`` (see ``gallery_feats``).
         ks: the K of Recall@K.
-        max_chunk_bytes: bound on the working memory of one chunk of queries.
+        max_chunk_bytes: bound on the working memory of one chunk of queries (256 MiB by default).
         device: where the similarities are computed (default: where the gallery features are).
 
     Returns:

@@ -50,6 +50,10 @@ SPEC: dict[str, tuple[str, str]] = {
     "0.8": ("hscl_zoo/data/transforms.py", "v2.RandomApply([jitter], p=0.8)"),
     "10%": ("hscl_zoo/data/transforms.py", "(10% of the side, as in SimCLR)"),
     "0.05": ("hscl_zoo/losses/diagnostics.py", "NEGATIVE_COSINE_QUANTILES = (0.05"),
+    "0.07": ("hscl_zoo/losses/compat.py", "def __init__(self, temperature: float = 0.07"),
+    "0.35": ("hscl_zoo/training/finetune.py", '"light": {"scale": (0.35, 1.0)'),
+    "256MiB": ("hscl_zoo/retrieval.py", "one chunk of queries (256 MiB by default)"),
+    "16MiB": ("hscl_zoo/zoo/schema.py", "the file itself <= 16 MiB"),
 }
 
 
@@ -176,6 +180,23 @@ def negatives_study() -> str:
             f"({rows // small} against {rows // large}); e4 peaks at {max(e['neg_cos_q05'] for e in e4['history']):.3f}")
 
 
+def dropin_losses() -> str:
+    """Per pair and batch size: the median time and memory ratios, and for pytorch-metric-learning's
+    NTXentLoss the times, peaks and the size of the matrix that kept it from running at B = 512."""
+    parts = []
+    for row in _json("benchmarks/results/dropin_losses_cpu.json")["rows"]:
+        digits = 3 if row["pair"].startswith("MetricLearningLoss") else 2
+        if "time_ratio" in row:
+            parts.append(f"{row['time_ratio']['median']:.{digits}f}x time, {row['memory_ratio']['median']:.{digits}f}x memory")
+        if row["pair"].startswith("MetricLearningLoss"):
+            parts.append(f"{row['ours_ms']:.0f} ms, {row['ours_peak_mib']:.{1 if row['ours_peak_mib'] < 10 else 0}f} MiB")
+            if "reference_ms" in row:
+                parts.append(f"{row['reference_ms'] / 1000:.1f} s, {row['reference_peak_mib']:.0f} MiB")
+            else:
+                parts.append(row["reference_skipped"])
+    return "; ".join(parts)
+
+
 SOURCES: dict[str, Callable[[], str]] = {
     r"results/default-digits\.json": default_run,
     r"benchmarks/results/gradient_cache_[\w-]+\.json": gradient_cache_table,
@@ -183,6 +204,7 @@ SOURCES: dict[str, Callable[[], str]] = {
     r"benchmarks/results/loss_bench_cpu\.json": loss_bench,
     r"benchmarks/results/loss_precision_after\.json": loss_precision,
     r"results/studies/negatives-cifar10-10k/runs/": negatives_study,
+    r"benchmarks/results/dropin_losses_cpu\.json": dropin_losses,
 }
 
 
