@@ -30,14 +30,14 @@ def copy_into_site(path: str) -> str:
 
 def point_outside_links(text: str, base: str) -> str:
     """Links to repository files outside docs/ (relative to `base`, the page's folder in the
-    repository) point at the site's copies; links between pages stay."""
+    repository) point at the site's copies; links between pages (tutorials included) stay."""
 
     def replace(match: re.Match) -> str:
         target, anchor = match.group(2), match.group(3) or ""
         if re.match(r"[a-z]+:|#", target):
             return match.group(0)
         path = os.path.normpath(os.path.join(base, target))
-        if path.startswith("docs/") and path.endswith(".md"):
+        if path.startswith("docs/") and (path.endswith(".md") or path.startswith("docs/tutorials/")):
             return f"{match.group(1)}({path[len('docs/'):]}{anchor})"
         if (ROOT / path).is_file():
             return f"{match.group(1)}({copy_into_site(path)}{anchor})"
