@@ -3,7 +3,7 @@ leave what they promise: trained diagnostics, an ONNX file that agrees with PyTo
 
 Each tutorial writes under a `tempfile.mkdtemp()` folder; TMPDIR points that into the test's
 tmp_path so the files can be checked here. Cost, one CPU thread each, on the 2-core development
-machine: about 42 s of CPU time for the three together (26 to 45 s of wall time each, measured
+machine: about 40 s of CPU time for the three together (16 to 34 s of wall time each, measured
 while two training jobs shared the cores)."""
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ spec = data.spec
 augment = hscl_zoo.simclr_transform(spec.image_size, mean=spec.mean, std=spec.std)
 views_dataset = hscl_zoo.MultiViewDataset(data.train, augment, views=2, seed=0)
 loader = hscl_zoo.make_loader(views_dataset, batch_size=128, seed=0, drop_last=True)
-print(f"{len(data.train)} training images, {len(data.class_names)} classes, {len(loader)} batches an epoch")
+print(f"{len(data.train)} training images, {len(data.class_names)} classes, "
+      f"{len(loader)} batches an epoch")
 
 # %% [markdown]
 # ## Encoder, loss and optimiser
@@ -58,8 +59,9 @@ print(f"{len(data.train)} training images, {len(data.class_names)} classes, {len
 # a positive.
 
 # %%
-model = hscl_zoo.create_model("resnet10t", num_classes=len(data.class_names), image_size=spec.image_size,
-                              mean=spec.mean, std=spec.std, small_stem=False)
+model = hscl_zoo.create_model("resnet10t", num_classes=len(data.class_names),
+                              image_size=spec.image_size, mean=spec.mean, std=spec.std,
+                              small_stem=False)
 loss_fn = hscl_zoo.build_loss("hscl-beta", beta=1.0)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
@@ -110,9 +112,10 @@ for epoch in range(1, EPOCHS + 1):
         losses.append(loss.item())
     record = {"epoch": epoch, "train_loss": sum(losses) / len(losses), **meter.compute()}
     history.append(record)
+    hscl, hucl = record["loss_hscl"], record["loss_hucl"]
     print(f"epoch {epoch}: loss {record['train_loss']:.3f}, Assumption 1 holds for "
-          f"{100 * record['assumption_fraction']:.1f}% of anchors, L_HSCL {record['loss_hscl']:.3f} "
-          f"<= L_HUCL {record['loss_hucl']:.3f}: {record['loss_hscl'] <= record['loss_hucl']}, "
+          f"{100 * record['assumption_fraction']:.1f}% of anchors, "
+          f"L_HSCL {hscl:.3f} <= L_HUCL {hucl:.3f}: {hscl <= hucl}, "
           f"median other-label cosine {record['neg_cos_q50']:.2f}")
 
 # %% [markdown]

@@ -62,7 +62,8 @@ for label, name in enumerate(names):
     rows = np.flatnonzero(digits.target == label)[:40]
     for row in rows:
         pixels = (digits.images[row] * (255 / 16)).astype(np.uint8)
-        Image.fromarray(pixels, mode="L").resize((24, 24), Image.BILINEAR).save(photos / name / f"{row}.png")
+        image = Image.fromarray(pixels, mode="L").resize((24, 24), Image.BILINEAR)
+        image.save(photos / name / f"{row}.png")
 print(sum(1 for _ in photos.rglob("*.png")), "images in", len(names), "class folders")
 
 # %% [markdown]
@@ -151,7 +152,8 @@ def preprocess_image(path: Path, recipe: dict) -> np.ndarray:
     return pixels.transpose(2, 0, 1)
 
 
-session = onnxruntime.InferenceSession(str(export_dir / "features.onnx"), providers=["CPUExecutionProvider"])
+session = onnxruntime.InferenceSession(str(export_dir / "features.onnx"),
+                                       providers=["CPUExecutionProvider"])
 batch = np.stack([preprocess_image(photos / name, preprocess) for name in files[:8]])
 (onnx_features,) = session.run(None, {preprocess["input_name"]: batch})
 print("ONNX Runtime:", onnx_features.shape)
@@ -164,7 +166,8 @@ print("ONNX Runtime:", onnx_features.shape)
 # %%
 model = hscl_zoo.load(str(hub))
 with torch.no_grad():
-    torch_features = model.encode(torch.stack([model.transform(Image.open(photos / name)) for name in files[:8]]))
+    images = torch.stack([model.transform(Image.open(photos / name)) for name in files[:8]])
+    torch_features = model.encode(images)
 largest = np.abs(onnx_features - torch_features.numpy()).max()
 print(f"largest difference, ONNX Runtime vs PyTorch: {largest:.2e}")
 np.testing.assert_allclose(onnx_features, torch_features.numpy(), rtol=1e-4, atol=1e-4)

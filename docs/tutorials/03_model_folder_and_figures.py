@@ -43,8 +43,8 @@ print("working in", work)
 # %%
 run_dir = work / "runs" / "digits"
 status = hscl_zoo_cli(["train", "--dataset", "digits", "--subset", "300", "--method", "hscl-beta",
-                       "--backbone", "resnet10t", "--epochs", "2", "--batch_size", "64", "--probe_epochs", "10",
-                       "--knn_k", "5", "--output_dir", str(run_dir)])
+                       "--backbone", "resnet10t", "--epochs", "2", "--batch_size", "64",
+                       "--probe_epochs", "10", "--knn_k", "5", "--output_dir", str(run_dir)])
 assert status == 0, f"hscl-zoo train exited with status {status}"
 hub = run_dir / "hub"
 for path in sorted(hub.iterdir()):
@@ -65,14 +65,18 @@ for path in sorted(hub.iterdir()):
 # %%
 config = json.loads((hub / "config.json").read_text())
 print(sorted(config))
-print("preprocessing:", {key: config["pretrained_cfg"][key] for key in ("input_size", "mean", "std", "interpolation")})
+preprocessing = config["pretrained_cfg"]
+print("preprocessing:", {key: preprocessing[key]
+                         for key in ("input_size", "mean", "std", "interpolation")})
 training = config["training"]
 print("training:", {key: training[key] for key in ("dataset", "method", "hyperparameters", "epochs",
-                                                    "global_batch_size", "expected_negatives_per_anchor")})
+                                                    "global_batch_size")})
+print("negatives per anchor (expected from the batch size):",
+      training["expected_negatives_per_anchor"])
 
 model = hscl_zoo.load(f"local-dir:{hub}")
 print(type(model).__name__, "with classes", model.class_names)
-assert model.pretrained_cfg["input_size"] == config["pretrained_cfg"]["input_size"]
+assert model.pretrained_cfg["input_size"] == preprocessing["input_size"]
 assert model.training_summary["method"] == "hscl-beta"
 
 # %% [markdown]
@@ -116,14 +120,15 @@ print([path.name for path in figures])
 # %%
 results = Path(hscl_zoo.__file__).resolve().parents[1] / "results" / "cpu-cifar10-10k"
 if not (results / "runs").is_dir():
-    raise SystemExit(f"{results / 'runs'} is missing: run this tutorial from a source checkout of hscl_zoo "
-                     "(git clone, then pip install -e .).")
+    raise SystemExit(f"{results / 'runs'} is missing: run this tutorial from a source checkout "
+                     "of hscl_zoo (git clone, then pip install -e .).")
 records = [json.loads(path.read_text()) for path in sorted((results / "runs").glob("*.json"))]
 first_seed = {method: runs[0] for method, runs in by_method(records).items()}
 for method, record in first_seed.items():
     print(f"{display(method):<12} seed {record['seed']}: {len(record['history'])} epochs, "
           f"linear-probe top-1 {record['top1']:.2f}%")
-series = [(f"{display(method)} (seed {record['seed']})", record["history"]) for method, record in first_seed.items()]
+series = [(f"{display(method)} (seed {record['seed']})", record["history"])
+          for method, record in first_seed.items()]
 paper_figures = plot_histories(series, work / "figures-cifar10")
 print([path.name for path in paper_figures])
 assert all(path.stat().st_size > 0 for path in [*figures, *paper_figures])
