@@ -30,14 +30,14 @@ def copy_into_site(path: str) -> str:
 
 def point_outside_links(text: str, base: str) -> str:
     """Links to repository files outside docs/ (relative to `base`, the page's folder in the
-    repository) point at the site's copies; links between pages stay."""
+    repository) point at the site's copies; links between pages (tutorials included) stay."""
 
     def replace(match: re.Match) -> str:
         target, anchor = match.group(2), match.group(3) or ""
         if re.match(r"[a-z]+:|#", target):
             return match.group(0)
         path = os.path.normpath(os.path.join(base, target))
-        if path.startswith("docs/") and path.endswith(".md"):
+        if path.startswith("docs/") and (path.endswith(".md") or path.startswith("docs/tutorials/")):
             return f"{match.group(1)}({path[len('docs/'):]}{anchor})"
         if (ROOT / path).is_file():
             return f"{match.group(1)}({copy_into_site(path)}{anchor})"
@@ -97,9 +97,13 @@ def config_page() -> None:
     for group, key, kind, default, meaning in config_fields():
         if group != section:
             section = group
-            out.write(f"\n## {group[0].upper() + group[1:]}\n\n| key | type | default | what it sets |\n|---|---|---|---|\n")
+            title, _, note = group.partition(" (")
+            out.write(f"\n## {title[0].upper() + title[1:]}\n\n")
+            if note:
+                out.write(f"{note[0].upper() + note[1:-1]}.\n\n")
+            out.write("| key | type | default | what it sets |\n|---|---|---|---|\n")
         meaning = meaning.replace("|", "\\|")
-        out.write(f"| `{key}` | `{kind.replace('|', '&#124;')}` | `{default}` | {meaning} |\n")
+        out.write(f"| `{key}` | `{kind}` | `{default}` | {meaning} |\n")
     with mkdocs_gen_files.open("config.md", "w") as f:
         f.write(out.getvalue())
 
@@ -123,6 +127,15 @@ def cli_page() -> None:
         f.write(point_outside_links(text, "docs") + out.getvalue())
 
 
+def public_names() -> str:
+    """The names `hscl_zoo` exports, each linked to its documentation in the module defining it
+    (the package imports them lazily, so its own page would otherwise list none)."""
+    import hscl_zoo
+
+    rows = "".join(f"| [`{name}`][{module}.{name}] | `{module}` |\n" for name, module in hscl_zoo._EXPORTS.items())
+    return "\n## Public names\n\n`import hscl_zoo` gives these names:\n\n| name | defined in |\n|---|---|\n" + rows
+
+
 def reference_pages() -> None:
     """One page per module of the package (private modules left out), and their nav."""
     nav = mkdocs_gen_files.Nav()
@@ -137,6 +150,8 @@ def reference_pages() -> None:
         nav[parts] = f"{'/'.join(parts)}.md"
         with mkdocs_gen_files.open(page, "w") as out:
             out.write(f"# `{module}`\n\n::: {module}\n")
+            if module == "hscl_zoo":
+                out.write(public_names())
     with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as out:
         out.writelines(nav.build_literate_nav())
 

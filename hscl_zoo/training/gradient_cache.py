@@ -47,6 +47,8 @@ from hscl_zoo.losses.distributed import is_distributed
 
 BatchNormMode = Literal["per-chunk", "sync"]
 BATCHNORM_MODES: tuple[str, ...] = ("per-chunk", "sync")
+"""What `prepare_batchnorm` accepts: BatchNorm statistics of each chunk on its own process, or over
+all processes (SyncBatchNorm)."""
 
 _RngState = tuple[Tensor, list[Tensor] | None]
 
