@@ -62,9 +62,6 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "hscl_zoo/evaluation.py": ("tests/test_evaluation.py", "tests/test_transfer.py"),
     "hscl_zoo/zoo/hub.py": ("tests/test_hub.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py"),
 }
-# mutmut's worker exit codes, by the name the report gives them (mutmut.stats.status_by_exit_code).
-STATUS_BY_EXIT_CODE = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
-                       36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked"}
 GOAL = 0.9  # issue 25: at least 90 % of the non-equivalent mutants of every file killed
 HUNK = re.compile(r"^@@ -(\d+)")
 
@@ -158,6 +155,7 @@ def mutmut(ws: Path, *args: str, log: Path | None = None) -> str:
 def run_target(target: str) -> dict[str, dict[str, Any]]:
     """Mutation-test one target from scratch; per file, the raw measurement (killed count and every
     mutant not killed, with its status, line and diff)."""
+    from mutmut.stats import status_by_exit_code
     from provenance import git_commit, utc_now
 
     ws = workspace(target)
@@ -169,7 +167,7 @@ def run_target(target: str) -> dict[str, dict[str, Any]]:
     for file in target_files(target):
         meta = ws / "mutants" / f"{file}.meta"
         codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.is_file() else {}
-        statuses = {mutant: STATUS_BY_EXIT_CODE.get(code, "suspicious") for mutant, code in codes.items()}
+        statuses = {mutant: status_by_exit_code[code] for mutant, code in codes.items()}
         not_killed = []
         for mutant in sorted(m for m, s in statuses.items() if s != "killed"):
             diff = mutmut(ws, "show", mutant).split("\n", 1)[1].strip()
