@@ -124,6 +124,8 @@ def workspace(target: str) -> Path:
     for entry in ROOT.iterdir():
         if not entry.name.startswith(".") and entry.name not in ("build", "mutants", "pyproject.toml"):
             (ws / entry.name).symlink_to(entry)
+    if (ROOT.parent / "shared").is_dir():  # tests/conftest.py finds the test datasets beside the checkout
+        (ws / "shared").symlink_to(ROOT.parent / "shared")
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
     mutmut = {**tool["mutmut"], "only_mutate": target_files(target),
               "pytest_add_cli_args_test_selection": list(TARGETS[target]), "use_git_change_detection": False}
