@@ -35,6 +35,7 @@ import sys
 import time
 import tomllib
 from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -233,16 +234,15 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_report(measured: dict[str, dict[str, Any]], path: Path = RESULTS) -> dict[str, Any]:
+def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RESULTS,
+                 equivalents: Path = EQUIVALENTS) -> dict[str, Any]:
     """Merge new measurements into the report at `path` (other files keep theirs), judge every file
     against the equivalents file, and write the JSON and its markdown rendering."""
-    from importlib.metadata import version
-
     old = json.loads(path.read_text())["files"] if path.is_file() else {}
     merged = {**{f: e["measured"] for f, e in old.items()}, **measured}
-    equivalents = load_equivalents()
-    report = {"tool": f"mutmut {version('mutmut')}", "score": "killed / (mutants - equivalent)",
-              "files": {f: {"measured": m, "verdict": verdict(m, equivalents)} for f, m in sorted(merged.items())}}
+    declared = load_equivalents(equivalents)
+    report = {"tool": tool, "score": "killed / (mutants - equivalent)",
+              "files": {f: {"measured": m, "verdict": verdict(m, declared)} for f, m in sorted(merged.items())}}
     path.write_text(json.dumps(report, indent=1) + "\n")
     path.with_suffix(".md").write_text(render(report))
     return report
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     for target in targets:
         print(f"{target}: running mutmut (log: {workspace_dir(target) / 'mutmut-run.log'})", flush=True)
         measured.update(run_target(target))
-    report = write_report(measured)
+    report = write_report(measured, f"mutmut {version('mutmut')}")
     for file, entry in report["files"].items():
         score = entry["verdict"]["score"]
         print(f"{file}\t{entry['verdict']['counts']}\tscore {'-' if score is None else f'{100 * score:.1f} %'}")

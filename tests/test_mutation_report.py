@@ -68,3 +68,16 @@ def test_equivalents_need_a_reason(tmp_path):
         mutation.load_equivalents(path)
     path.write_text("- function: pkg.m.x_f\n  change: ['-a', '+b']\n  reason: a is b here\n")
     assert mutation.load_equivalents(path)[0]["reason"] == "a is b here"
+
+
+def test_report_keeps_other_files_and_rejudges_on_every_write(tmp_path):
+    report, equivalents = tmp_path / "mutation.json", tmp_path / "equivalents.yaml"
+    equivalents.write_text("[]\n")
+    mutation.write_report({"pkg/m.py": MEASURED}, "mutmut 0", report, equivalents)
+    other = {**MEASURED, "mutants": 4, "killed": 4, "not_killed": []}
+    mutation.write_report({"pkg/n.py": other}, "mutmut 0", report, equivalents)
+    equivalents.write_text("- function: pkg.m.x_f\n  change: ['-return x + 1', '+return x + 2']\n  reason: x is never read\n")
+    files = mutation.write_report({}, "mutmut 0", report, equivalents)["files"]
+    assert sorted(files) == ["pkg/m.py", "pkg/n.py"]
+    assert files["pkg/m.py"]["verdict"]["score"] == pytest.approx(7 / 9) and files["pkg/n.py"]["verdict"]["score"] == 1.0
+    assert "| pkg/n.py | 4 | 4 |" in (tmp_path / "mutation.md").read_text()
