@@ -42,6 +42,7 @@ SPEC: dict[str, tuple[str, str]] = {
     "0.0": ("hscl_zoo/losses/methods.py", '_HSCL_THRESHOLD = Hyperparameter("threshold", 0.0'),
     "0.9": ("hscl_zoo/training/monitoring.py", "COLLAPSED_COSINE = 0.9"),
     "95%": ("hscl_zoo/reproduction/statistics.py", "two-sided 95 % Student-t interval"),
+    "90%": ("benchmarks/mutation.py", "at least 90 % of the non-equivalent mutants"),
     "85%": ("hscl_zoo/training/resources.py", "more than 85% of them"),
     "0.2": ("hscl_zoo/training/config.py", "test_fraction: float = 0.2"),
     "0.08": ("hscl_zoo/data/transforms.py", "scale: tuple[float, float] = (0.08, 1.0)"),

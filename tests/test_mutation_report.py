@@ -1,0 +1,83 @@
+"""The mutation report's arithmetic and bookkeeping (benchmarks/mutation.py) on a hand-made
+measurement: no mutation tool runs here."""
+
+import difflib
+
+import pytest
+
+from helpers import load_script
+
+mutation = load_script("benchmarks", "mutation")
+
+
+def mutant_diff(before: str, after: str) -> str:
+    """A unified diff of one function's text, as mutmut shows a mutant."""
+    return "\n".join(difflib.unified_diff(before.split("\n"), after.split("\n"), "m.py", "m.py", lineterm=""))
+
+
+PLUS_ONE = mutant_diff("def f(x):\n    return x + 1", "def f(x):\n    return x - 1")
+PLUS_TWO = mutant_diff("def f(x):\n    return x + 1", "def f(x):\n    return x + 2")
+MEASURED = {"mutants": 10, "killed": 7, "commit": "0123456789abcdef+dirty", "date": "2026-01-02T03:04:05+00:00",
+            "target_seconds": 12.3, "not_killed": [
+                {"id": "pkg.m.x_f__mutmut_1", "status": "survived", "line": 2, "diff": PLUS_ONE},
+                {"id": "pkg.m.x_f__mutmut_2", "status": "survived", "line": 2, "diff": PLUS_TWO},
+                {"id": "pkg.m.x_g__mutmut_1", "status": "timeout", "line": 5, "diff": PLUS_TWO},
+            ]}
+
+
+def test_score_leaves_the_declared_equivalents_out():
+    equivalents = [
+        {"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x + 2"], "reason": "x is never read"},
+        {"function": "pkg.m.x_h", "change": ["-return x + 1", "+return x - 1"], "reason": "another function"},
+        {"function": "pkg.m.x_g", "change": ["-return x + 1", "+return x + 2"], "reason": "only survivors are equivalent"},
+    ]
+    verdict = mutation.verdict(MEASURED, equivalents)
+    # 10 mutants, 1 equivalent (f's +2; g's timeout with the same change is not a survivor): 7 / 9
+    assert verdict["score"] == pytest.approx(7 / 9)
+    assert verdict["counts"] == {"killed": 7, "survived": 1, "timeout": 1, "equivalent": 1}
+    assert [m["id"] for m in verdict["survivors"]] == ["pkg.m.x_f__mutmut_1", "pkg.m.x_g__mutmut_1"]
+    assert verdict["equivalents"] == [{**MEASURED["not_killed"][1], "reason": "x is never read"}]
+    assert mutation.verdict({**MEASURED, "killed": 0, "mutants": 0, "not_killed": []}, [])["score"] is None
+
+
+def test_report_renders_the_scores_and_every_survivor():
+    equivalents = [{"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x + 2"], "reason": "x is never read"}]
+    report = {"tool": "mutmut 0", "files": {"pkg/m.py": {"measured": MEASURED, "verdict": mutation.verdict(MEASURED, equivalents)}}}
+    text = mutation.render(report)
+    assert "| pkg/m.py | 10 | 7 | 1 | 1 | 0 | 1 | 77.8 % | no | 0123456789ab+dirty | 2026-01-02 | 12 |" in text
+    assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_1 (survived)" in text
+    assert "- `pkg/m.py:5` pkg.m.x_g__mutmut_1 (timeout)" in text
+    assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_2 (x is never read)" in text
+    assert "  -return x + 1\n  +return x - 1" in text
+
+
+def test_mutant_line_finds_the_changed_line_among_equal_ones():
+    source = "import os\n\n\nclass C:\n    @staticmethod\n    def m(a):\n        b = a + 1\n        if b:\n            b = a + 1\n        return b\n"
+    function = "\n".join(source.splitlines()[4:])
+    second = mutant_diff(function, function.replace("            b = a + 1", "            b = a - 1"))
+    first = mutant_diff(function, function.replace("        b = a + 1\n        if", "        b = a - 1\n        if"))
+    assert mutation.mutant_line(source, "pkg.m.xǁCǁm__mutmut_4", second) == 9
+    assert mutation.mutant_line(source, "pkg.m.xǁCǁm__mutmut_1", first) == 7
+    assert mutation.mutant_line(source, "pkg.m.x_missing__mutmut_1", first) is None
+
+
+def test_equivalents_need_a_reason(tmp_path):
+    path = tmp_path / "equivalents.yaml"
+    path.write_text("- function: pkg.m.x_f\n  change: ['-a', '+b']\n  reason: ''\n")
+    with pytest.raises(SystemExit, match="non-empty reason"):
+        mutation.load_equivalents(path)
+    path.write_text("- function: pkg.m.x_f\n  change: ['-a', '+b']\n  reason: a is b here\n")
+    assert mutation.load_equivalents(path)[0]["reason"] == "a is b here"
+
+
+def test_report_keeps_other_files_and_rejudges_on_every_write(tmp_path):
+    report, equivalents = tmp_path / "mutation.json", tmp_path / "equivalents.yaml"
+    equivalents.write_text("[]\n")
+    mutation.write_report({"pkg/m.py": MEASURED}, "mutmut 0", report, equivalents)
+    other = {**MEASURED, "mutants": 4, "killed": 4, "not_killed": []}
+    mutation.write_report({"pkg/n.py": other}, "mutmut 0", report, equivalents)
+    equivalents.write_text("- function: pkg.m.x_f\n  change: ['-return x + 1', '+return x + 2']\n  reason: x is never read\n")
+    files = mutation.write_report({}, "mutmut 0", report, equivalents)["files"]
+    assert sorted(files) == ["pkg/m.py", "pkg/n.py"]
+    assert files["pkg/m.py"]["verdict"]["score"] == pytest.approx(7 / 9) and files["pkg/n.py"]["verdict"]["score"] == 1.0
+    assert "| pkg/n.py | 4 | 4 |" in (tmp_path / "mutation.md").read_text()
