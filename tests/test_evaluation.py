@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from hscl_zoo import evaluation
 from hscl_zoo.data.datasets import label_array
 from hscl_zoo.data.transforms import eval_transform
 from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1, linear_probe
@@ -115,17 +116,44 @@ def test_linear_probe_learns_digits_and_records_protocol(pixel_features):
     result = linear_probe(train_f, train_y, test_f, test_y, num_classes=10, epochs=30, progress=False)
     assert result.top1 > 90 and result.train_top1 > 95
     logits = test_f.float() @ result.head["weight"].T + result.head["bias"]
-    ranks = (logits > logits.gather(1, test_y.long().view(-1, 1))).sum(dim=1)  # classes scored above the true one
-    assert result.top1 == pytest.approx(100.0 * float((ranks == 0).double().mean()), rel=1e-6)
-    assert result.top5 == pytest.approx(100.0 * float((ranks < 5).double().mean()), rel=1e-6)
+    correct_top1 = correct_top5 = 0
+    for row, label in zip(logits.tolist(), test_y.tolist()):
+        at_least_as_high = sum(value >= row[label] for c, value in enumerate(row) if c != label)  # ties count against
+        correct_top1 += at_least_as_high == 0
+        correct_top5 += at_least_as_high < 5
+    assert result.top1 == pytest.approx(100.0 * correct_top1 / len(test_y), rel=1e-6)
+    assert result.top5 == pytest.approx(100.0 * correct_top5 / len(test_y), rel=1e-6)
     assert result.protocol["optimizer"] == "Adam" and result.protocol["epochs"] == 30
     assert result.protocol["augmentation"] is False and result.protocol["report"] == "last epoch"
     json.dumps(result.protocol)
     head = nn.Linear(train_f.shape[1], 10)
     head.load_state_dict(result.head)
     with torch.no_grad():
-        predictions = head(test_f).argmax(dim=1)
-    assert 100.0 * float((predictions == test_y).float().mean()) == pytest.approx(result.top1)
+        assert torch.allclose(head(test_f), logits, atol=1e-5)
+
+
+def test_a_constant_feature_changes_nothing_in_the_probe(pixel_features):
+    """Digits' border pixels are constant: the probe on the features with them equals the probe on
+    the varying features alone (the constant ones get weight 0), to float32 precision."""
+    train_f, train_y, test_f, test_y = pixel_features
+    varies = train_f.amax(dim=0) > train_f.amin(dim=0)
+    assert 0 < int((~varies).sum()) < len(varies)
+    full = linear_probe(train_f, train_y, test_f, test_y, num_classes=10, epochs=5, progress=False)
+    kept = linear_probe(train_f[:, varies], train_y, test_f[:, varies], test_y, num_classes=10, epochs=5,
+                        progress=False)
+    assert torch.equal(full.head["weight"][:, ~varies], torch.zeros(10, int((~varies).sum())))
+    assert torch.allclose(full.head["weight"][:, varies], kept.head["weight"], rtol=1e-4, atol=1e-6)
+    assert torch.allclose(full.head["bias"], kept.head["bias"], rtol=1e-4, atol=1e-5)
+    assert (full.top1, full.top5) == (kept.top1, kept.top5)
+
+
+def test_a_tie_with_the_true_class_is_not_a_hit():
+    logits = torch.tensor([[1.0, 1.0, 0.0], [2.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    labels = torch.tensor([0, 0, 0])
+    # row 0: class 1 ties the true class 0; row 1: a clear hit; row 2: all equal (a collapsed head)
+    assert evaluation._topk_accuracy(logits, labels, num_classes=3) == pytest.approx((100 / 3, 100.0))
+    collapsed = torch.zeros(2, 6)
+    assert evaluation._topk_accuracy(collapsed, torch.tensor([0, 5]), num_classes=6) == (0.0, 0.0)
 
 
 def test_linear_probe_is_seeded(pixel_features):
