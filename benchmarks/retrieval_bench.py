@@ -20,10 +20,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import git_commit, machine, utc_now
 
-from benchmarks.provenance import git_commit, machine, utc_now  # noqa: E402
-from hscl_zoo.retrieval import retrieval_metrics  # noqa: E402
+from hscl_zoo.retrieval import retrieval_metrics
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -253,8 +253,8 @@ def linear_probe(
         weight = (head.weight / std).cpu()
         bias = (head.bias - head.weight @ (mean / std)).cpu()
     folded = {"weight": weight.contiguous(), "bias": bias.contiguous()}
-    top1, top5 = _topk_accuracy(test_feats.float() @ weight.T + bias, test_labels, num_classes)
-    train_top1, _ = _topk_accuracy(train_feats.float() @ weight.T + bias, train_labels, num_classes)
+    top1, top5 = topk_accuracy(test_feats.float() @ weight.T + bias, test_labels, num_classes)
+    train_top1, _ = topk_accuracy(train_feats.float() @ weight.T + bias, train_labels, num_classes)
     protocol = {
         "features": "frozen encoder, eval transform, extracted once (no augmentation)",
         "augmentation": False,
@@ -276,7 +276,7 @@ def linear_probe(
     return ProbeResult(top1=top1, top5=top5, train_top1=train_top1, head=folded, protocol=protocol)
 
 
-def _topk_accuracy(logits: Tensor, labels: Tensor, num_classes: int) -> tuple[float, float]:
+def topk_accuracy(logits: Tensor, labels: Tensor, num_classes: int) -> tuple[float, float]:
     """Top-1 and top-k (k = min(5, classes)) accuracy in %. A tie counts against the true class:
     its rank is the number of other classes scored at least as high, so an encoder whose logits
     are all equal scores 0, not 100, and the result does not depend on how `topk` orders ties."""

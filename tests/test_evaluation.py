@@ -151,9 +151,9 @@ def test_a_tie_with_the_true_class_is_not_a_hit():
     logits = torch.tensor([[1.0, 1.0, 0.0], [2.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     labels = torch.tensor([0, 0, 0])
     # row 0: class 1 ties the true class 0; row 1: a clear hit; row 2: all equal (a collapsed head)
-    assert evaluation._topk_accuracy(logits, labels, num_classes=3) == pytest.approx((100 / 3, 100.0))
+    assert evaluation.topk_accuracy(logits, labels, num_classes=3) == pytest.approx((100 / 3, 100.0))
     collapsed = torch.zeros(2, 6)
-    assert evaluation._topk_accuracy(collapsed, torch.tensor([0, 5]), num_classes=6) == (0.0, 0.0)
+    assert evaluation.topk_accuracy(collapsed, torch.tensor([0, 5]), num_classes=6) == (0.0, 0.0)
 
 
 def test_linear_probe_is_seeded(pixel_features):

@@ -42,7 +42,7 @@ from hscl_zoo.data.datasets import LoadedData, load_splits
 from hscl_zoo.data.loaders import make_loader
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
-from hscl_zoo.evaluation import extract_features
+from hscl_zoo.evaluation import extract_features, topk_accuracy
 from hscl_zoo.losses.methods import METHODS, build_loss, get_method
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -359,9 +359,8 @@ def classify(encoder: ContrastiveEncoder, data: LoadedData, device: torch.device
     """Top-1 and top-5 (%) of the encoder's own classifier on the test split, eval preprocessing."""
     encoder.eval()
     logits, labels = extract_features(encoder, data.test, encoder.transform, device=device, progress=False)
-    ranked = logits.topk(min(5, logits.shape[1]), dim=1).indices == labels[:, None]
-    return {"top1": 100.0 * ranked[:, 0].float().mean().item(), "top5": 100.0 * ranked.any(dim=1).float().mean().item(),
-            "test_images": len(data.test), "test_split": data.spec.test_split}
+    top1, top5 = topk_accuracy(logits, labels, logits.shape[1])
+    return {"top1": top1, "top5": top5, "test_images": len(data.test), "test_split": data.spec.test_split}
 
 
 def export(encoder: ContrastiveEncoder, data: LoadedData, s: dict[str, Any], protocol: dict[str, Any],
