@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file
 
 import hscl_zoo
+from hscl_zoo.training.pretrain import lost_process_message
 
 from test_distributed import _free_port
 from test_preemption import COMMON
@@ -77,6 +78,28 @@ def finish(machines: list[subprocess.Popen], logs: Path) -> None:
     finally:
         end_machines(machines)
     assert codes == [0, 0], log(logs, 0)[-3000:] + log(logs, 1)[-3000:]
+
+
+LOST_ERRORS = [  # rank 0's errors in these tests' runs when machine 1 was killed or stopped, and NCCL's type
+    RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error "
+                 "[127.0.0.1]:41397: Connection reset by peer. This is typically caused by a remote worker hanging "
+                 "or bugs in the application."),
+    RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out "
+                 "waiting 20000ms for send operation to complete"),
+    RuntimeError("Application timeout caused pair closure"),
+    torch.distributed.DistBackendError("NCCL communicator was aborted on rank 0."),
+]
+
+
+@pytest.mark.parametrize("error", LOST_ERRORS, ids=["killed", "timed-out", "pair-closed", "nccl"])
+def test_a_lost_process_is_reported_in_one_line(error):
+    message = lost_process_message(error)
+    assert message.startswith(LOST) and "\n" not in message and "--resume" in message
+    assert "[/__w" not in message and "typically caused" not in message
+
+
+def test_other_errors_are_left_alone():
+    assert lost_process_message(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)")) is None
 
 
 def one_sgd_step(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -173,8 +196,8 @@ def test_a_hung_machine_ends_the_other_after_dist_timeout(tmp_path):
     """A stopped machine keeps its connections open: only the collective operations' timeout ends
     the other one."""
     code, seconds = lose_machine_1(tmp_path / "run", signal.SIGSTOP, tmp_path)
-    assert code != 0 and seconds < DIST_TIMEOUT + 60, (code, seconds)
-    assert LOST in log(tmp_path, 0) and f"Timed out waiting {DIST_TIMEOUT * 1000}ms" in log(tmp_path, 0)
+    assert code != 0 and DIST_TIMEOUT - 3 <= seconds < DIST_TIMEOUT + 60, (code, seconds)
+    assert LOST in log(tmp_path, 0)
 
 
 @pytest.mark.slow

@@ -78,6 +78,9 @@ __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "
 
 RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout"}
 LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
+LOST_PROCESS_SIGNS = ("gloo/", "pair closure", "closed by peer", "reset by peer", "Timed out waiting")
+"""Parts of the errors gloo raises when another process died or stopped answering: its source
+path, or the text of those that lack it (a pair closed by this process's own timeout)."""
 UNLABELLED_HEAD = "unlabelled"
 """The one class name of the (untrained) head of an encoder trained on unlabelled images."""
 
@@ -210,10 +213,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
 
 def lost_process_message(error: RuntimeError) -> str | None:
     """The one-line report of a collective operation that failed because another process of the
-    run died, or hung longer than ``dist_timeout`` (gloo raises a plain RuntimeError naming
-    itself, NCCL a DistBackendError); None for any other error."""
+    run died, or hung longer than ``dist_timeout`` (NCCL raises a DistBackendError, gloo a plain
+    RuntimeError recognised by `LOST_PROCESS_SIGNS`); None for any other error."""
     text = " ".join(str(error).split())
-    if not isinstance(error, torch.distributed.DistError) and "gloo" not in text:
+    if not isinstance(error, torch.distributed.DistError) and not any(sign in text for sign in LOST_PROCESS_SIGNS):
         return None
     detail = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". ")[0][:200]
     return (f"error: lost contact with another process of this run ({detail}): a machine or process died, or "
