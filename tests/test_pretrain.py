@@ -38,13 +38,20 @@ def load_recipe():
     return load_script("recipes", "pretrain")
 
 
-def launch(*args, processes=1, timeout=600):
-    """`accelerate launch` on the CPU; several processes go through its torchrun launcher (gloo)."""
+LAUNCH_ENV = {**ENV, "ACCELERATE_USE_CPU": "1"}
+
+
+def launch_command(*args, processes=1, machines=("--num_machines", "1")) -> list[str]:
+    """`accelerate launch` of the recipe on the CPU (run it with LAUNCH_ENV); several processes
+    go through its torchrun launcher (gloo); `machines`: the launcher's --num_machines options."""
     mode = ["--multi_gpu"] if processes > 1 else ["--cpu"]
-    cmd = [str(ACCELERATE), "launch", *mode, "--num_processes", str(processes), "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), *args]
-    env = {**ENV, "ACCELERATE_USE_CPU": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return [str(ACCELERATE), "launch", *mode, "--num_processes", str(processes), *machines,
+            "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), *args]
+
+
+def launch(*args, processes=1, timeout=600):
+    return subprocess.run(launch_command(*args, processes=processes), capture_output=True, text=True,
+                          timeout=timeout, env=LAUNCH_ENV, cwd=ROOT)
 
 
 def snapshot(folder: Path) -> dict[str, str]:

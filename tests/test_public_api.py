@@ -43,7 +43,7 @@ CONFIG_KEYS = [
     "unlabelled_negatives", "queue_size", "queue_positives", "queue_start_epoch",
     "epochs", "batch_size", "chunk_size", "optimizer", "lr", "weight_decay", "mixed_precision", "seed", "num_workers",
     "channels_last", "fused_optimizer", "gpu_augment", "cache_images", "compile",
-    "sync_batchnorm", "memory_check", "monitor_every", "checkpoint_every",
+    "sync_batchnorm", "memory_check", "dist_timeout", "monitor_every", "checkpoint_every",
     "knn_k", "monitor_train_size", "monitor_test_size", "diagnostics", "diagnostics_every", "probe_epochs", "log_with",
     "output_dir", "keep_checkpoints",
 ]

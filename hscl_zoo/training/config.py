@@ -92,6 +92,7 @@ class PretrainConfig:
     # device resources and cadence (None: decided per device, see `device_plan`)
     sync_batchnorm: bool | None = None  # BatchNorm statistics over all processes (None: on with several CUDA processes)
     memory_check: bool = True  # on CUDA, refuse a run estimated not to fit the device (hscl_zoo.training.resources)
+    dist_timeout: int = 1800  # seconds a process waits for the others at a collective operation (a lost or hung machine ends the run after it); keep it above the main process's solo work (docs: Safety)
     monitor_every: int = 1  # epochs between kNN monitors (and always the last)
     checkpoint_every: int = 1  # epochs between checkpoints (and always the last)
     # monitoring and evaluation
@@ -124,7 +125,7 @@ class PretrainConfig:
         if self.views < 2:
             raise ValueError(f"views={self.views}: contrastive losses need at least 2 views per image.")
         for key in ("epochs", "batch_size", "knn_k", "probe_epochs", "keep_checkpoints", "diagnostics_every",
-                    "monitor_every", "checkpoint_every"):
+                    "monitor_every", "checkpoint_every", "dist_timeout"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"{key}={getattr(self, key)} must be >= 1.")
         if self.num_workers < 0:

@@ -23,17 +23,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import signal
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import DynamoBackend, set_seed
+from accelerate.utils import DynamoBackend, InitProcessGroupKwargs, set_seed
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
@@ -74,8 +76,11 @@ from hscl_zoo.training.steps import check_chunk_size, gradient_cache_step
 __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
            "export_run"]
 
-RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check"}
+RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout"}
 LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
+LOST_PROCESS_SIGNS = ("gloo/", "pair closure", "closed by peer", "reset by peer", "Timed out waiting")
+"""Parts of the errors gloo raises when another process died or stopped answering: its source
+path, or the text of those that lack it (a pair closed by this process's own timeout)."""
 UNLABELLED_HEAD = "unlabelled"
 """The one class name of the (untrained) head of an encoder trained on unlabelled images."""
 
@@ -191,15 +196,32 @@ def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, Any]:
     """Run the recipe (``prog``: the name its --help shows); bad settings, data or checkpoints end
-    it with `error: ...` and exit status 1."""
+    it with `error: ...` and exit status 1, as does losing another process of the run."""
     try:
         return pretrain(sys.argv[1:] if argv is None else argv, prog)
     except (ValueError, CheckpointError, RunFolderError) as error:
         raise SystemExit(f"error: {error}") from error
+    except RuntimeError as error:
+        if (message := lost_process_message(error)) is None:
+            raise
+        raise SystemExit(message) from error
     except KeyboardInterrupt:
         print("interrupted outside the training loop; --resume continues from the latest checkpoint, if any.",
               file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
+
+
+def lost_process_message(error: RuntimeError) -> str | None:
+    """The one-line report of a collective operation that failed because another process of the
+    run died, or hung longer than ``dist_timeout`` (NCCL raises a DistBackendError, gloo a plain
+    RuntimeError recognised by `LOST_PROCESS_SIGNS`); None for any other error."""
+    text = " ".join(str(error).split())
+    if not isinstance(error, torch.distributed.DistError) and not any(sign in text for sign in LOST_PROCESS_SIGNS):
+        return None
+    detail = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". ")[0][:200]
+    return (f"error: lost contact with another process of this run ({detail}): a machine or process died, or "
+            "stalled longer than dist_timeout seconds (the other machines' logs say which). Relaunch every machine "
+            "with --resume to continue from the latest checkpoint.")
 
 
 def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
@@ -213,6 +235,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         log_with=cfg.log_with,
         project_dir=str(run_dir),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed, non_blocking=True),
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.dist_timeout))],
     )
     world = accelerator.num_processes
     plan = cfg.device_plan(accelerator.device.type, world)
