@@ -15,7 +15,6 @@ figures in `<out>/figures/`. Budgets are defined in `hscl_zoo/reproduction/budge
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 from hscl_zoo.losses import LOSS_NAMES, METHODS
 from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, run_settings
 from hscl_zoo.reproduction.figures import plot_histories
-from hscl_zoo.reproduction.report import render_markdown, update_readme, write_csv
+from hscl_zoo.reproduction.report import read_records, render_markdown, update_readme, write_csv
 from hscl_zoo.reproduction.runs import run_or_reuse
 from hscl_zoo.reproduction.summary import by_method, display
 
@@ -39,7 +38,7 @@ def run_one(out: Path, budget: Budget, method: str, seed: int, data_dir: str | N
 
 def summarise(out: Path, budget: Budget) -> str:
     """Rewrite summary.md, summary.csv and the figures of `out` from its runs/*.json; return summary.md."""
-    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+    records = read_records(out / "runs")
     if not records:
         raise SystemExit(f"error: {out / 'runs'} holds no finished run (*.json) to summarise yet.")
     dataset = budget.settings["dataset"]

@@ -35,7 +35,7 @@ from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.evaluation import evaluate_model, evaluate_transfer
 from hscl_zoo.losses.methods import METHODS
 from hscl_zoo.models import ContrastiveEncoder
-from hscl_zoo.reproduction.report import RESULTS_BEGIN, RESULTS_END
+from hscl_zoo.reproduction.report import RESULTS_BEGIN, RESULTS_END, read_records
 from hscl_zoo.reproduction.runs import code_commit, hardware
 from hscl_zoo.reproduction.summary import display
 from hscl_zoo.training.finetune import METRICS_NAME, build_parser
@@ -301,7 +301,7 @@ def _parts(records: list[Record]) -> list[Record]:
 
 def summarise(evidence_dir: Path, budget: str) -> str:
     """Rewrite ``<evidence_dir>/summary.md`` from its ``*.json`` files alone; return its text."""
-    records = [json.loads(p.read_text()) for p in sorted(evidence_dir.glob("*.json"))]
+    records = read_records(evidence_dir)
     if not records:
         raise ValueError(f"{evidence_dir} holds no evidence file (*.json) to summarise yet; run recipes/evidence.py "
                          "without --summary-only first.")

@@ -131,6 +131,11 @@ def render_markdown(name: str, description: str, settings: dict[str, Any], recor
     return text.getvalue()
 
 
+def read_records(folder: Path) -> list[Record]:
+    """The JSON records directly under `folder` (a budget's runs/, its evidence/), in name order."""
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
 def evidence_rows(results: Path, method: str, dataset: str) -> list[tuple[Budget, dict[str, Any]]]:
     """`method`'s summary row (as in summary.md) at every evidence budget of `dataset` that has
     finished runs of it under `results` (the repository's results/ folder), budget table order."""
@@ -138,7 +143,7 @@ def evidence_rows(results: Path, method: str, dataset: str) -> list[tuple[Budget
     for budget in BUDGETS.values():
         if not budget.evidence or budget.settings["dataset"] != dataset:
             continue
-        records = [json.loads(p.read_text()) for p in sorted((results / budget.name / "runs").glob("*.json"))]
+        records = read_records(results / budget.name / "runs")
         rows += [(budget, row) for row in method_rows(records) if row["method"] == method] if records else []
     return rows
 
