@@ -78,12 +78,16 @@ def hardware() -> str:
 def code_commit(root: Path | None = None, paths: Sequence[str] = ("hscl_zoo", "recipes")) -> str | None:
     """The git commit checked out at `root` (by default the checkout holding this hscl_zoo; None
     outside a git checkout), with a '+dirty' suffix when anything under `paths` (every path when
-    empty) differs from it: modified, staged, deleted or untracked files alike, ignored ones not."""
+    empty) differs from it: modified, staged, deleted or untracked files alike, ignored ones not.
+
+    A copy of a checkout without its .git (the tree the GPU sprint sends to a device machine,
+    `benchmarks/gpu_sprint.sh`) names its commit in the environment variable HSCL_ZOO_SOURCE_COMMIT,
+    read only where git finds no checkout."""
     root = Path(__file__).resolve().parents[2] if root is None else root
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths], cwd=root,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
-        return None
+        return os.environ.get("HSCL_ZOO_SOURCE_COMMIT") or None
     return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# The first GPU session's whole sequence (issue 30), in steps that each fit one device command
+# (under 9 minutes on one H100/H200): check the CUDA path, measure it, train CIFAR-10 on it.
+#
+#   bash benchmarks/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, commit -> .gpu/
+#   bash benchmarks/gpu_sprint.sh check measure         # on the GPU (device tool: carry .gpu)
+#   bash benchmarks/gpu_sprint.sh train                 # on the GPU
+#   bash benchmarks/gpu_sprint.sh --rehearse check measure train   # the same on the CPU, tiny sizes
+#
+# Steps:
+#   pack     copy CIFAR-10's parquet files (../shared/data/cifar10, 21 MB) and the wheels the GPU image
+#            lacks (datasets and what it needs that the image does not hold) into .gpu/, an ignored
+#            folder the device tool carries, and record the commit the tree is at (refused when
+#            hscl_zoo/, recipes/ or benchmarks/ differ from it: a measurement names its code).
+#   check    environment, CPU-vs-device parity (benchmarks/cuda_parity.py), and two epochs of
+#            hscl-beta-cifar10 whose second epoch is trained again from the first's checkpoint.
+#   measure  benchmarks/loss_bench.py and benchmarks/train_throughput.py (ResNet-18 and ResNet-50,
+#            small stem, plain and fast, compile, augmentation alone, loss memory).
+#   train    recipes/reproduce.py --budget gpu-cifar10: SCL and H-SCL(beta), seed 0, full CIFAR-10.
+#
+# Every result lands in $STATE/results/ (STATE: runs/gpu-sprint, or runs/gpu-sprint-rehearsal),
+# and each part of a step packs the results and logs so far into $OUT/<step>.tgz (OUT: the device tool's
+# folder; runs/gpu-sprint/out when unset). A step whose result file exists is skipped, and a cut
+# training run resumes from its checkpoint, so re-running a command on a machine that kept runs/
+# only does what is missing. Exit status: the number of failed parts (0: all passed).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+REHEARSE=0
+STEPS=()
+for arg in "$@"; do
+  case $arg in
+    --rehearse) REHEARSE=1 ;;
+    pack|check|measure|train) STEPS+=("$arg") ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument '$arg'; steps are pack, check, measure, train (and --rehearse)." >&2; exit 2 ;;
+  esac
+done
+[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, check, measure or train (see --help)." >&2; exit 2; }
+
+PACK=.gpu
+WHEELS="datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0"
+if [ $REHEARSE = 1 ]; then
+  STATE=${STATE:-runs/gpu-sprint-rehearsal}; DEVICE=cpu
+else
+  STATE=${STATE:-runs/gpu-sprint}; DEVICE=cuda
+fi
+OUT=${OUT:-$STATE/out}
+DATA=${DATA:-$PACK/data/cifar10}
+RES=$STATE/results
+LOGS=$STATE/logs
+FAILED=0
+PY=${PYTHON:-python3}
+
+note() { echo "[gpu_sprint $(date -u +%H:%M:%S)] $*"; }
+
+# run NAME RESULT_FILE CMD...: skip when RESULT_FILE exists, log to $LOGS/NAME.log, count a failure.
+run() {
+  local name=$1 result=$2; shift 2
+  if [ -n "$result" ] && [ -s "$result" ]; then note "$name: done before ($result)"; return 0; fi
+  note "$name: $*"
+  local started=$SECONDS
+  "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$LOGS/$name.log"
+  note "$name: exit $rc after $((SECONDS - started)) s"
+  [ $rc = 0 ] || FAILED=$((FAILED + 1))
+  pack_out
+  return $rc
+}
+
+setup() {
+  [ -d "$DATA" ] || { echo "error: no CIFAR-10 parquet folder at $DATA; run 'bash benchmarks/gpu_sprint.sh pack' first or set DATA." >&2; exit 3; }
+  export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+  if [ $REHEARSE = 0 ] && compgen -G "$PACK/whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-sprint-site \
+      "$PACK"/whl/*.whl || { echo "error: installing $PACK/whl failed" >&2; exit 3; }
+    export PYTHONPATH=/tmp/gpu-sprint-site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+  else
+    export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  if [ -z "${HSCL_ZOO_SOURCE_COMMIT:-}" ] && [ -s $PACK/source_commit ] && ! git rev-parse HEAD > /dev/null 2>&1; then
+    HSCL_ZOO_SOURCE_COMMIT=$(cat $PACK/source_commit); export HSCL_ZOO_SOURCE_COMMIT
+  fi
+  mkdir -p "$RES" "$LOGS" "$OUT"
+}
+
+step_pack() {
+  if [ $REHEARSE = 0 ] && [ -n "$(git status --porcelain -- hscl_zoo recipes benchmarks)" ]; then
+    echo "error: hscl_zoo/, recipes/ or benchmarks/ differ from HEAD; commit first, so the results name their code." >&2; exit 2
+  fi
+  local src=${SHARED_DATA:-../shared/data}/cifar10
+  [ -d "$src" ] || { echo "error: no $src to pack; set SHARED_DATA to the folder holding cifar10/." >&2; exit 2; }
+  mkdir -p $PACK/data/cifar10 $PACK/whl
+  cp "$src"/*.parquet $PACK/data/cifar10/
+  if [ $REHEARSE = 0 ]; then
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d $PACK/whl $WHEELS || { echo "error: downloading the wheels failed" >&2; exit 2; }
+  fi
+  git rev-parse HEAD > $PACK/source_commit
+  du -sh $PACK
+  note "pack: carry '$PACK' in the device tool's call"
+}
+
+step_check() {
+  run env "$RES/env.json" "$PY" - "$RES/env.json" <<'EOF'
+import json, subprocess, sys, importlib, platform
+info = {"python": platform.python_version()}
+for name in ("torch", "torchvision", "timm", "accelerate", "datasets", "pyarrow", "safetensors", "huggingface_hub", "numpy"):
+    try:
+        info[name] = importlib.import_module(name).__version__
+    except Exception as error:
+        info[name] = f"missing: {error}"
+import torch
+info["cuda_available"] = torch.cuda.is_available()
+if torch.cuda.is_available():
+    info["gpu"] = torch.cuda.get_device_name(0)
+    info["cuda"] = torch.version.cuda
+    info["cudnn"] = torch.backends.cudnn.version()
+    info["bf16_supported"] = torch.cuda.is_bf16_supported()
+try:
+    info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm",
+                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+except OSError:
+    info["nvidia_smi"] = None
+import hscl_zoo
+info["hscl_zoo"] = hscl_zoo.__version__
+print(json.dumps(info, indent=2))
+open(sys.argv[1], "w").write(json.dumps(info, indent=2) + "\n")
+EOF
+  run parity "$RES/parity.json" "$PY" benchmarks/cuda_parity.py --device $DEVICE --json "$RES/parity.json"
+
+  local dir=$STATE/resume-check small=()
+  [ $REHEARSE = 1 ] && small=(--backbone resnet18 --subset 256 --batch_size 64 --mixed_precision no --num_workers 0
+                                --probe_epochs 2 --monitor_train_size 256 --knn_k 20)
+  if [ ! -s "$RES/resume.json" ]; then
+    if [ ! -s "$STATE/resume-first.jsonl" ]; then
+      rm -rf "$dir"
+      run resume-first "" "$PY" -m accelerate.commands.launch --num_processes 1 --num_machines 1 --mixed_precision no \
+        --dynamo_backend no recipes/pretrain.py --config hscl-beta-cifar10 --data_dir "$DATA" --epochs 2 \
+        "${small[@]}" --output_dir "$dir" && cp "$dir/metrics.jsonl" "$STATE/resume-first.jsonl"
+    fi
+    if [ -s "$STATE/resume-first.jsonl" ]; then
+      rm -rf "$dir/checkpoints/epoch_0002"
+      run resume-second "" "$PY" -m accelerate.commands.launch --num_processes 1 --num_machines 1 --mixed_precision no \
+        --dynamo_backend no recipes/pretrain.py --output_dir "$dir" --resume \
+        && run resume-compare "$RES/resume.json" "$PY" - "$STATE/resume-first.jsonl" "$dir/metrics.jsonl" "$RES/resume.json" <<'EOF'
+import json, sys
+first = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+second = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+a, b = first[-1]["train_loss"], second[-1]["train_loss"]
+gap = abs(a - b) / abs(a)
+result = {"epoch": first[-1]["epoch"], "train_loss_uninterrupted": a, "train_loss_resumed": b, "relative_gap": gap,
+          "tolerance": 1e-2, "ok": gap <= 1e-2, "epochs_in_resumed_log": len(second),
+          "views_per_second": [h.get("views_per_second") for h in first]}
+print(json.dumps(result, indent=2))
+open(sys.argv[3], "w").write(json.dumps(result, indent=2) + "\n")
+sys.exit(0 if result["ok"] and len(second) == len(first) else 1)
+EOF
+    fi
+  else
+    note "resume: done before ($RES/resume.json)"
+  fi
+}
+
+step_measure() {
+  local bench=() tp=() mem=(--memory-batches 512 1024 2048 4096)
+  if [ $REHEARSE = 1 ]; then
+    bench=(--batch-sizes 32 --reruns 1 --repeats 2 --reference-max-batch 32)
+    tp=(--backbones resnet18 --batch-size 16 --steps 1 --warmup 1 --rows 64 --workers 0)
+    mem=(--memory-batches 32 64)
+  else
+    tp=(--backbones resnet18 resnet50 --workers 12)
+  fi
+  run loss-bench "$RES/loss.json" "$PY" benchmarks/loss_bench.py --device $DEVICE "${bench[@]}" --json "$RES/loss.json"
+  run throughput "$RES/throughput.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA" \
+    --losses hscl-beta "${tp[@]}" --channels-last --fused-optim --gpu-augment --cache --bf16 --json "$RES/throughput.json"
+  local compile_tp=("${tp[@]}")
+  [ $REHEARSE = 0 ] && compile_tp=(--backbones resnet50 --workers 12)
+  run compile "$RES/compile.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA" \
+    --losses hscl-beta --no-plain "${compile_tp[@]}" --channels-last --fused-optim --gpu-augment --cache --bf16 --compile \
+    --json "$RES/compile.json"
+  local aug=()
+  [ $REHEARSE = 1 ] && aug=(--repeats 1)
+  run augment "$RES/augment.json" "$PY" benchmarks/train_throughput.py --augment-bench --device $DEVICE "${aug[@]}" \
+    --json "$RES/augment.json"
+  run loss-memory "$RES/loss-memory.json" "$PY" benchmarks/train_throughput.py --loss-memory --device $DEVICE \
+    "${mem[@]}" --json "$RES/loss-memory.json"
+}
+
+step_train() {
+  local budget=gpu-cifar10
+  [ $REHEARSE = 1 ] && budget=gpu-cifar10-rehearsal
+  run train "$RES/train.done" "$PY" recipes/reproduce.py --budget $budget --data_dir "$DATA" --seeds 0 \
+    --methods scl hscl-beta --out "$STATE/$budget" && date -u > "$RES/train.done"
+  mkdir -p "$RES/$budget"
+  cp "$STATE/$budget"/runs/*.json "$STATE/$budget/summary.md" "$RES/$budget/" 2>/dev/null
+}
+
+# pack_out: $OUT/<step>.tgz holds the step's results and logs so far, so a command cut at the
+# device's time limit still brings back what finished.
+pack_out() {
+  tar czf "$OUT/$STEP.tgz" -C "$STATE" results logs
+}
+
+for step in "${STEPS[@]}"; do
+  if [ "$step" = pack ]; then step_pack; continue; fi
+  STEP=$step
+  setup
+  "step_$step"
+  pack_out
+  note "$step: packed $OUT/$step.tgz ($(du -h "$OUT/$step.tgz" | cut -f1))"
+done
+note "finished ${STEPS[*]}: $FAILED failed part(s)"
+exit $FAILED

@@ -1,0 +1,72 @@
+"""The GPU sprint (benchmarks/gpu_sprint.sh): its CPU rehearsal runs every step's commands, flags
+and paths end to end, so that a lent GPU's minutes go to running them, not to debugging them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_sprint.sh"
+CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
+
+
+def sprint(*args: str, env: dict[str, str], timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON": sys.executable, **env})
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "name at least one step"),
+    (("check", "--fast"), "unknown argument '--fast'"),
+])
+def test_bad_arguments_are_refused_with_one_line(tmp_path, args, message):
+    result = sprint(*args, env={"STATE": str(tmp_path / "state")})
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and message in result.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_missing_data_is_refused_before_anything_is_written(tmp_path):
+    result = sprint("--rehearse", "check", env={"STATE": str(tmp_path / "state"), "DATA": str(tmp_path / "nowhere"),
+                                                "OUT": str(tmp_path / "out")})
+    assert result.returncode == 3 and "no CIFAR-10 parquet folder" in result.stderr and "pack" in result.stderr
+    assert not (tmp_path / "state").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_rehearsal_runs_every_step_and_packs_its_results(tmp_path):
+    if not CIFAR10.is_dir():
+        pytest.skip(f"{CIFAR10} is absent (a user's clone); CI has it")
+    state, out = tmp_path / "state", tmp_path / "out"
+    env = {"STATE": str(state), "OUT": str(out), "DATA": str(CIFAR10), "OMP_NUM_THREADS": "2"}
+    result = sprint("--rehearse", "check", "measure", "train", env=env)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+    results = state / "results"
+    parity = json.loads((results / "parity.json").read_text())
+    assert parity["checks"] and all(row["ok"] for row in parity["checks"])
+    resume = json.loads((results / "resume.json").read_text())
+    assert resume["ok"] and resume["epochs_in_resumed_log"] == resume["epoch"] == 2
+    for name in ("loss", "throughput", "compile", "augment", "loss-memory"):
+        assert json.loads((results / f"{name}.json").read_text()), name
+    compiled = json.loads((results / "compile.json").read_text())
+    assert "compile" in json.dumps(compiled)
+    records = {p.stem: json.loads(p.read_text()) for p in (results / "gpu-cifar10-rehearsal").glob("*-s0.json")}
+    assert set(records) == {"scl-s0", "hscl-beta-s0"}
+    for record in records.values():
+        assert record["config"]["stem"] == "small" and record["config"]["backbone"] == "resnet18"
+        assert len(record["history"]) == 2 and 0 <= record["top1"] <= 100
+    with tarfile.open(out / "train.tgz") as tar:
+        assert "results/gpu-cifar10-rehearsal/hscl-beta-s0.json" in tar.getnames()
+    with tarfile.open(out / "check.tgz") as tar:
+        assert {"results/parity.json", "results/resume.json", "logs/resume-second.log"} <= set(tar.getnames())
+
+    again = sprint("--rehearse", "check", "measure", "train", env=env, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("done before") >= 8, again.stdout[-3000:]
