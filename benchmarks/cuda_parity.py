@@ -60,7 +60,7 @@ def loss_checks(device: torch.device) -> list[dict[str, Any]]:
         loss_fn = hscl_zoo.build_loss(name, **({"threshold": -0.1} if name == "hscl-tau" else {}))
 
         def run(on: torch.device, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
-            x = features.to(on).requires_grad_(True)
+            x = features.detach().clone().to(on).requires_grad_(True)  # a leaf of its own on every device
             with torch.autocast(on.type, dtype=torch.bfloat16, enabled=autocast):
                 loss = loss_fn(x, labels.to(on))
             loss.backward()
