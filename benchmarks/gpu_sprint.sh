@@ -80,7 +80,8 @@ setup() {
   else
     export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
   fi
-  if [ -z "${HSCL_ZOO_SOURCE_COMMIT:-}" ] && [ -s $PACK/source_commit ] && ! git rev-parse HEAD > /dev/null 2>&1; then
+  # the device's copy of the tree may hold no .git or a stale one (seen on the first H100): name the packed commit
+  if [ $REHEARSE = 0 ] && [ -s $PACK/source_commit ]; then
     HSCL_ZOO_SOURCE_COMMIT=$(cat $PACK/source_commit); export HSCL_ZOO_SOURCE_COMMIT
   fi
   mkdir -p "$RES" "$LOGS" "$OUT"

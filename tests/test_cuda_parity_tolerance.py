@@ -49,3 +49,32 @@ def test_nan_on_the_device_is_flagged_and_one_failure_fails_the_run():
             {"check": "nan", "gap": parity.relative_gap(broken, reference), "tolerance": 1e-4}]
     assert parity.judge(rows) is False
     assert [row["ok"] for row in rows] == [True, False]
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits_rounding_to_nearest():
+    ulp = 2.0 ** -10  # TF32's spacing just above 1
+    x = torch.tensor([1 + ulp / 4, 1 + 3 * ulp / 4, 1 + ulp / 2 + 2.0 ** -20, -(1 + 3 * ulp / 4), 3.0, 0.0])
+    expected = torch.tensor([1.0, 1 + ulp, 1 + ulp, -(1 + ulp), 3.0, 0.0])
+    assert torch.equal(parity.tf32(x), expected)
+    y = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    assert ((parity.tf32(y).view(torch.int32) & 0x1FFF) == 0).all()
+    assert ((parity.tf32(y) - y).abs() <= y.abs() * 2.0 ** -11).all()
+
+
+def test_the_tf32_emulation_changes_the_step_by_rounding_and_exact_float32_matches():
+    """On the CPU the device runs equal the CPU's (gap 0); the emulated TF32 step differs from it by
+    rounding, well above float32's noise and well below a wrong gradient (gap ~1); the TF32 row's
+    tolerance is twice that emulated gap."""
+    exact, rounded = parity.step_checks(torch.device("cpu"))
+    assert exact["gap"] == 0 and rounded["gap"] == 0
+    assert 1e-3 < rounded["emulated_tf32_gap"] < 0.5
+    assert rounded["tolerance"] == 2 * rounded["emulated_tf32_gap"]
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    plain = conv(x)
+    with parity.tf32_convolutions_on_the_cpu():
+        emulated = conv(x)
+    assert torch.equal(emulated, torch.nn.functional.conv2d(parity.tf32(x.detach()), parity.tf32(conv.weight.detach()),
+                                                            conv.bias.detach(), padding=1))
+    assert 0 < (emulated - plain).abs().max() < 1e-2 * plain.abs().max()
+    assert torch.nn.Conv2d._conv_forward is type(conv)._conv_forward  # restored

@@ -21,6 +21,7 @@ from hscl_zoo.data.raw_images import (
     workers_need_shared_memory,
 )
 from hscl_zoo.models import create_model
+from helpers import load_script
 from hscl_zoo.training.config import PretrainConfig
 from hscl_zoo.training.resources import (
     MemoryEstimate,
@@ -34,10 +35,7 @@ GIB = 2**30
 
 
 def load_benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks", name)
 
 
 def small_network(size: int = 16) -> torch.nn.Module:
@@ -274,7 +272,7 @@ def test_cuda_parity_script_runs_on_the_cpu(tmp_path):
     parity = load_benchmark("cuda_parity")
     assert parity.main(["--device", "cpu", "--json", str(tmp_path / "parity.json")]) == 0
     checks = json.loads((tmp_path / "parity.json").read_text())["checks"]
-    assert len(checks) == 13 and all(c["ok"] and c["gap"] == 0 for c in checks)
+    assert len(checks) == 14 and all(c["ok"] and c["gap"] == 0 for c in checks)
 
 
 def test_batches_in_flight_through_shared_memory_warn_when_they_would_not_fit():

@@ -198,6 +198,56 @@ def dropin_losses() -> str:
     return "; ".join(parts)
 
 
+def h100_throughput_table() -> str:
+    """Views/s of the data, compute and end-to-end stages per backbone and configuration, eager and compiled."""
+    rows = _json("benchmarks/results/h100_throughput.json")["rows"] + _json("benchmarks/results/h100_compile.json")["rows"]
+    configs = list(dict.fromkeys((row["backbone"], row["config"]) for row in rows))
+    lines = ["| backbone (small stem) | configuration | data | compute | end to end | peak MiB |",
+             "|---|---|---:|---:|---:|---:|"]
+    for backbone, config in configs:
+        stage = {r["stage"]: r for r in rows if (r["backbone"], r["config"]) == (backbone, config)}
+        lines.append(f"| {backbone} | {config} | " + " | ".join(f"{stage[s]['img_per_s']:,.0f}" for s in ("data", "compute", "e2e"))
+                     + f" | {stage['e2e']['peak_mib']:,.0f} |")
+    return "\n".join(lines)
+
+
+def h100_loss_table() -> str:
+    lines = ["| B | floor | SCL | H-SCL(beta = 1) | official-style, beta = 1 | official-style / H-SCL(beta = 1) |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for row in _json("benchmarks/results/h100_loss_bench.json")["rows"]:
+        ms, ratio = row["median_ms"], row["ratios"]["official-style / hscl-beta b=1"]
+        lines.append(f"| {row['B']} | {ms['floor']:.1f} | {ms['scl']:.1f} | {ms['hscl-beta b=1']:.1f} | "
+                     f"{ms['official-style b=1']:,.0f} | {ratio['median']:.1f}x ({ratio['min']:.1f}-{ratio['max']:.1f}) |")
+    return "\n".join(lines)
+
+
+def h100_parity_table() -> str:
+    lines = ["| check | relative gap | tolerance | passed |", "|---|---:|---:|---|"]
+    for check in _json("benchmarks/results/h100_parity.json")["checks"]:
+        lines.append(f"| {check['check']} | {check['gap']:.2e} | {check['tolerance']:.0e} | {'yes' if check['ok'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def h100() -> str:
+    """The GPU sprint's files: the tables, and each figure the prose quotes from them."""
+    rows = _json("benchmarks/results/h100_throughput.json")["rows"] + _json("benchmarks/results/h100_compile.json")["rows"]
+    resume = _json("benchmarks/results/h100_resume.json")
+    augment = _json("benchmarks/results/h100_augment.json")["augment"]
+    return "\n".join([
+        h100_throughput_table(), h100_loss_table(), h100_parity_table(),
+        "; ".join(f"{r['img_per_s']:,.0f} views/s" for r in rows),
+        f"{resume['relative_gap']:.1e}; " + "; ".join(f"{v:,.0f} views/s" for v in resume["views_per_second"]),
+        "; ".join(f"{a['ms_per_batch']:.1f} ms, {a['ms_per_batch']:,.0f} ms, {a['views_per_s']:,.0f} views/s" for a in augment),
+    ])
+
+
+def gpu_cifar10_runs() -> str:
+    """Each gpu-cifar10 run's linear-probe top-1, and the paper's for its method (the method table)."""
+    from hscl_zoo.losses import METHODS
+    return "; ".join(f"{r['method']} {r['top1']:.2f} % (paper {METHODS[r['method']].paper_top1['cifar10'][0]:.2f} %)"
+                     for r in _runs("results/gpu-cifar10/runs/*.json"))
+
+
 SOURCES: dict[str, Callable[[], str]] = {
     r"results/default-digits\.json": default_run,
     r"benchmarks/results/gradient_cache_[\w-]+\.json": gradient_cache_table,
@@ -206,6 +256,8 @@ SOURCES: dict[str, Callable[[], str]] = {
     r"benchmarks/results/loss_precision_after\.json": loss_precision,
     r"results/studies/negatives-cifar10-10k/runs/": negatives_study,
     r"benchmarks/results/dropin_losses_cpu\.json": dropin_losses,
+    r"benchmarks/results/h100_\w+\.json": h100,
+    r"results/gpu-cifar10/runs/": gpu_cifar10_runs,
 }
 
 
@@ -241,5 +293,6 @@ def test_every_measured_number_has_a_source(page):
 
 def test_quoted_tables_are_rebuilt_from_the_raw_fields():
     docs = "\n".join(page.read_text() for page in PAGES)
-    for table in (gradient_cache_table(), queue_collapse_table(), *loss_bench_tables()):
+    for table in (gradient_cache_table(), queue_collapse_table(), *loss_bench_tables(), h100_throughput_table(),
+                  h100_loss_table(), h100_parity_table()):
         assert table in docs, table.splitlines()[0]

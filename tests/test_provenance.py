@@ -70,3 +70,17 @@ def test_ignored_files_are_clean_and_the_training_code_is_judged_on_its_own_path
 def test_outside_a_checkout_there_is_no_commit(tmp_path):
     assert provenance.git_commit(tmp_path) is None
     assert code_commit(tmp_path) is None
+
+
+def test_the_packed_commit_in_the_environment_wins_over_a_stale_or_missing_checkout(repo, tmp_path_factory, monkeypatch):
+    """The GPU sprint's device machine got the tree with a stale .git (the first H100 recorded the
+    session's first commit '+dirty'): the commit `gpu_sprint.sh pack` recorded names the code."""
+    stale = git(repo, "rev-parse", "HEAD")
+    (repo / "hscl_zoo" / "loss.py").write_text("x = 2\n")
+    assert code_commit(repo) == stale + "+dirty"
+    packed = "c" * 40
+    monkeypatch.setenv("HSCL_ZOO_SOURCE_COMMIT", packed)
+    assert code_commit(repo) == packed and provenance.git_commit(repo) == packed
+    assert code_commit(tmp_path_factory.mktemp("no-git")) == packed
+    monkeypatch.setenv("HSCL_ZOO_SOURCE_COMMIT", "")
+    assert code_commit(repo) == stale + "+dirty"

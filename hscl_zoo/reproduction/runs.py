@@ -80,14 +80,16 @@ def code_commit(root: Path | None = None, paths: Sequence[str] = ("hscl_zoo", "r
     outside a git checkout), with a '+dirty' suffix when anything under `paths` (every path when
     empty) differs from it: modified, staged, deleted or untracked files alike, ignored ones not.
 
-    A copy of a checkout without its .git (the tree the GPU sprint sends to a device machine,
-    `benchmarks/gpu_sprint.sh`) names its commit in the environment variable HSCL_ZOO_SOURCE_COMMIT,
-    read only where git finds no checkout."""
+    The environment variable HSCL_ZOO_SOURCE_COMMIT, when set, is the answer instead: a copy of a
+    checkout whose .git is missing or stale (the tree the GPU sprint sends to a device machine,
+    `benchmarks/gpu_sprint.sh`, which sets it to the commit it packed) names its code that way."""
+    if source := os.environ.get("HSCL_ZOO_SOURCE_COMMIT"):
+        return source
     root = Path(__file__).resolve().parents[2] if root is None else root
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths], cwd=root,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("HSCL_ZOO_SOURCE_COMMIT") or None
+        return None
     return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

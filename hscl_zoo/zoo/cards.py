@@ -314,7 +314,7 @@ def _evaluation(evaluation: Mapping[str, Any]) -> str:
 REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
-def _cpu_evidence(facts: _CardFacts, results: Path | None) -> str:
+def _budget_evidence(facts: _CardFacts, results: Path | None) -> str:
     """The card's section quoting the method's runs at the evidence budgets of its dataset (empty
     when `results`, the repository's results/ folder, is absent or holds none, as in a wheel)."""
     if results is None or not results.is_dir():
@@ -326,9 +326,9 @@ def _cpu_evidence(facts: _CardFacts, results: Path | None) -> str:
         return ""
     method = METHODS[facts.method].display if facts.method in METHODS else facts.method
     budgets = "\n".join(f"- `{budget.name}`: {budget.description}" for budget, _ in rows)
-    return (f"\n\n### {method} at a CPU budget (not this model, not the paper's budget)\n\n"
-            "Small encoders trained on two CPU cores with the five methods side by side, to test the paper's "
-            "claims at a budget this project can afford: linear probe and kNN top-1 on the full test split, "
+    return (f"\n\n### {method} at smaller budgets (not this model, not the paper's budget)\n\n"
+            "Encoders trained with the methods side by side at budgets this project can afford (each budget "
+            "below says its data, model, schedule and hardware), to test the paper's claims: linear probe and kNN top-1 on the full test split, "
             "means ± standard deviations over seeds, differences paired by seed. Each budget's runs, summary "
             "and verdicts are in the hscl_zoo repository under `results/<budget>/`.\n\n"
             f"{evidence_table(rows)}\n\n{budgets}")
@@ -347,7 +347,7 @@ def render_card(
     name: str | None = None,
     repo_id: str | None = None,
     evaluation: Mapping[str, Any] | None = None,
-    cpu_results: Path | None = None,
+    evidence_results: Path | None = None,
 ) -> str:
     """Render the Markdown model card (YAML front matter + body) for a zoo entry or a trained model.
 
@@ -356,8 +356,8 @@ def render_card(
     percent (``{"top1": 75.3}``); for an entry they default to its published metrics. The
     ``model-index`` block appears only when there are results. ``name`` and ``repo_id`` override
     the registry's. ``evaluation`` (the recipe's linear_eval.json) adds its retrieval and audit,
-    when it has them, under the results. ``cpu_results`` (the repository's results/ folder) adds the
-    method's runs at the CPU evidence budgets of the dataset.
+    when it has them, under the results. ``evidence_results`` (the repository's results/ folder) adds the
+    method's runs at the evidence budgets of the dataset (CPU and GPU).
     """
     facts = _facts(entry_or_config, name, repo_id)
     if results is None:
@@ -386,12 +386,12 @@ def render_card(
         training=_training(facts),
         dataset_display=dataset.display if dataset else facts.dataset,
         native_size=dataset.native_size if dataset else "?",
-        results=_results(facts, results) + _evaluation(evaluation or {}) + _cpu_evidence(facts, cpu_results),
+        results=_results(facts, results) + _evaluation(evaluation or {}) + _budget_evidence(facts, evidence_results),
     )
 
 
 def _rendered() -> dict[str, str]:
-    return {f"{entry.name}.md": render_card(entry, cpu_results=REPO_RESULTS) for entry in registry.entries()}
+    return {f"{entry.name}.md": render_card(entry, evidence_results=REPO_RESULTS) for entry in registry.entries()}
 
 
 def write_cards(out: str | Path) -> list[Path]:
