@@ -78,3 +78,21 @@ def test_the_tf32_emulation_changes_the_step_by_rounding_and_exact_float32_match
                                                             conv.bias.detach(), padding=1))
     assert 0 < (emulated - plain).abs().max() < 1e-2 * plain.abs().max()
     assert torch.nn.Conv2d._conv_forward is type(conv)._conv_forward  # restored
+
+
+def test_the_loss_checks_compare_two_gradients_not_one_tensor_twice(monkeypatch):
+    """The first H100 run found the inputs' .grad was None on CUDA: the CPU run had turned the shared
+    features into a tensor requiring grad, whose copy on the device is no leaf. On the CPU the same
+    bug compared one accumulated gradient with itself. Each run needs a leaf of its own."""
+    compared = []
+    original = parity.relative_gap
+
+    def spy(a, b):
+        compared.append((a, b))
+        return original(a, b)
+
+    monkeypatch.setattr(parity, "relative_gap", spy)
+    rows = parity.loss_checks(torch.device("cpu"))
+    assert len(rows) == 10 and all(row["gap"] == 0 for row in rows)
+    gradients = [(a, b) for a, b in compared if a.dim() == 3]
+    assert len(gradients) == 10 and all(a is not b and a.data_ptr() != b.data_ptr() for a, b in gradients)
