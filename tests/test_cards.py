@@ -190,7 +190,7 @@ def test_registry_card_quotes_the_method_at_its_datasets_evidence_budget(tmp_pat
     results = _evidence_results(tmp_path, "cpu-cifar10-10k", {
         ("scl", 0): 50.0, ("scl", 1): 52.0, ("hscl-beta", 0): 53.0, ("hscl-beta", 1): 56.0})
     card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
-    section = card.split("### H-SCL(β) at smaller budgets (not this model, not the paper's budget)", 1)[1]
+    section = card.split("### H-SCL(β) at CPU budgets (not this model, not the paper's budget)", 1)[1]
     # mean 54.5, sample sd sqrt(2 * 1.5^2) = 2.12; per-seed differences 3 and 4: mean 3.5, standard
     # error 0.5, t(0.975, 1 df) = 12.706: 3.5 -/+ 6.35
     row = next(line for line in section.splitlines() if line.startswith("| `cpu-cifar10-10k`"))
@@ -201,9 +201,17 @@ def test_registry_card_quotes_the_method_at_its_datasets_evidence_budget(tmp_pat
 
 def test_card_evidence_skips_other_methods_smoke_budgets_and_a_wheel(tmp_path):
     results = _evidence_results(tmp_path, "cpu-cifar10", {("scl", 0): 50.0, ("hscl-beta", 0): 53.0})
-    assert "at smaller budgets" not in render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    assert "at CPU budgets" not in render_card(info("hscl-beta-cifar10"), evidence_results=results)
     results = _evidence_results(tmp_path / "b", "cpu-cifar10-10k", {("scl", 0): 50.0})
-    assert "at smaller budgets" not in render_card(info("hscl-beta-cifar10"), evidence_results=results)
-    assert "at smaller budgets" in render_card(info("scl-cifar10"), evidence_results=results)
-    assert "at smaller budgets" not in render_card(info("scl-cifar100"), evidence_results=results)
-    assert "at smaller budgets" not in render_card(info("scl-cifar10"), evidence_results=tmp_path / "absent")
+    assert "at CPU budgets" not in render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    assert "at CPU budgets" in render_card(info("scl-cifar10"), evidence_results=results)
+    assert "at CPU budgets" not in render_card(info("scl-cifar100"), evidence_results=results)
+    assert "at CPU budgets" not in render_card(info("scl-cifar10"), evidence_results=tmp_path / "absent")
+
+
+def test_card_evidence_names_cpu_and_gpu_budgets_in_its_heading(tmp_path):
+    results = _evidence_results(tmp_path, "cpu-cifar10-10k", {("scl", 0): 50.0, ("hscl-beta", 0): 53.0})
+    _evidence_results(tmp_path, "gpu-cifar10", {("scl", 0): 80.0, ("hscl-beta", 0): 82.0})
+    card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    assert "### H-SCL(β) at CPU and GPU budgets (not this model, not the paper's budget)" in card
+    assert "| `gpu-cifar10` | 1 | 82.00 ± 0.00 |" in card

@@ -326,7 +326,8 @@ def _budget_evidence(facts: _CardFacts, results: Path | None) -> str:
         return ""
     method = METHODS[facts.method].display if facts.method in METHODS else facts.method
     budgets = "\n".join(f"- `{budget.name}`: {budget.description}" for budget, _ in rows)
-    return (f"\n\n### {method} at smaller budgets (not this model, not the paper's budget)\n\n"
+    hardware = " and ".join(kind for kind in ("CPU", "GPU") if any(b.name.startswith(kind.lower() + "-") for b, _ in rows))
+    return (f"\n\n### {method} at {hardware or 'smaller'} budgets (not this model, not the paper's budget)\n\n"
             "Encoders trained with the methods side by side at budgets this project can afford (each budget "
             "below says its data, model, schedule and hardware), to test the paper's claims: linear probe and kNN top-1 on the full test split, "
             "means ± standard deviations over seeds, differences paired by seed. Each budget's runs, summary "
