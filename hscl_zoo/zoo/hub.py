@@ -135,7 +135,7 @@ def parse_source(source: str | os.PathLike[str] | registry.ZooEntry, revision: s
         return ModelSource("hf-hub", repo_id=check_repo_id(repo_id, source), revision=pinned or revision)
 
     if source.startswith(_LOCAL_PREFIX):
-        path = Path(source[len(_LOCAL_PREFIX):]).expanduser()
+        path = Path(os.path.expanduser(source[len(_LOCAL_PREFIX):]))
         if not path.is_dir():
             raise FileNotFoundError(f"{source!r}: no such directory {path}. Point local-dir: at a folder written by "
                                     "hscl_zoo.save_pretrained (config.json + model.safetensors).")
@@ -144,7 +144,7 @@ def parse_source(source: str | os.PathLike[str] | registry.ZooEntry, revision: s
     if registry.is_model(source):
         return _zoo_source(registry.info(source), revision)
 
-    path = Path(source).expanduser()
+    path = Path(os.path.expanduser(source))
     if path.is_dir():
         return _local_source(path, revision)
     if source.startswith((os.sep, ".", "~")) or source.count("/") > 1 or (os.altsep and os.altsep in source):
