@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -25,3 +26,24 @@ def load_script(folder: str, name: str) -> ModuleType:
         finally:
             sys.path.remove(str(REPO / folder))
     return sys.modules[module_name]
+
+
+def make_hub_cache(cache: Path, repo_id: str, folder: Path, commit: str, ref: str | None = "main") -> Path:
+    """Lay ``folder`` out as the Hub cache does after a download: blobs named by etag (LFS files by
+    sha256, regular files by git blob sha1), a snapshot of relative symlinks, and a ref naming
+    ``commit`` (none when ``ref`` is None: a snapshot reached only by its commit)."""
+    repo_dir = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo_dir / "snapshots" / commit
+    for sub in (repo_dir / "blobs", repo_dir / "refs", snapshot):
+        sub.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.iterdir()):
+        data = path.read_bytes()
+        if path.suffix == ".safetensors":
+            etag = hashlib.sha256(data).hexdigest()
+        else:
+            etag = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        (repo_dir / "blobs" / etag).write_bytes(data)
+        (snapshot / path.name).symlink_to(Path("..", "..", "blobs", etag))
+    if ref is not None:
+        (repo_dir / "refs" / ref).write_text(commit)
+    return repo_dir

@@ -2,7 +2,6 @@
 checksums, strict loading, and every error a user can act on."""
 
 import dataclasses
-import hashlib
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ from hscl_zoo.zoo import saving
 from hscl_zoo.zoo.hub import ChecksumMismatchError, ConfigMismatchError, NotCachedError, WeightsNotPublishedError, load, sha256_file
 from hscl_zoo.zoo.registry import info
 from hscl_zoo.zoo.saving import save_pretrained
+from helpers import make_hub_cache
 
 REPO = "hscl-test/tiny-resnet"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -54,27 +54,6 @@ def saved(model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def batch():
     return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-
-
-def _git_blob_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def make_hub_cache(cache: Path, repo_id: str, folder: Path, commit: str, ref: str = "main") -> Path:
-    """Lay ``folder`` out as the Hub cache does after a download: blobs named by etag, a ref, and a
-    snapshot of relative symlinks (LFS files by sha256, regular files by git blob sha1)."""
-    repo_dir = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo_dir / "blobs").mkdir(parents=True, exist_ok=True)
-    (repo_dir / "refs").mkdir(exist_ok=True)
-    snapshot = repo_dir / "snapshots" / commit
-    snapshot.mkdir(parents=True, exist_ok=True)
-    for path in sorted(folder.iterdir()):
-        data = path.read_bytes()
-        etag = hashlib.sha256(data).hexdigest() if path.suffix == ".safetensors" else _git_blob_sha1(data)
-        (repo_dir / "blobs" / etag).write_bytes(data)
-        (snapshot / path.name).symlink_to(Path("..", "..", "blobs", etag))
-    (repo_dir / "refs" / ref).write_text(commit)
-    return repo_dir
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from hscl_zoo.zoo import hub
 from hscl_zoo.zoo.hub import ConfigMismatchError, ModelSource, NotCachedError, check_weights, load, load_weights, parse_source
 from hscl_zoo.zoo.registry import info
 from hscl_zoo.zoo.saving import save_pretrained
+from helpers import make_hub_cache
 
 REPO = "hscl-test/contract-net"
 MAIN_COMMIT = "1111111111111111111111111111111111111111"
@@ -114,26 +115,6 @@ def hub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
         fake.server.shutdown()
         fake.server.server_close()
         fake.thread.join(timeout=5)
-
-
-def _git_blob_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def add_snapshot(cache: Path, repo_id: str, folder: Path, commit: str, ref: str | None = None) -> None:
-    """Add ``folder`` to a Hub cache as huggingface_hub lays out a download: blobs named by etag,
-    snapshot entries as relative symlinks, and optionally a ref pointing at ``commit``."""
-    repo_dir = cache / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo_dir / "snapshots" / commit
-    for sub in (repo_dir / "blobs", repo_dir / "refs", snapshot):
-        sub.mkdir(parents=True, exist_ok=True)
-    for path in sorted(folder.iterdir()):
-        data = path.read_bytes()
-        etag = hashlib.sha256(data).hexdigest() if path.suffix == ".safetensors" else _git_blob_sha1(data)
-        (repo_dir / "blobs" / etag).write_bytes(data)
-        (snapshot / path.name).symlink_to(Path("..", "..", "blobs", etag))
-    if ref is not None:
-        (repo_dir / "refs" / ref).write_text(commit)
 
 
 def _weights(model: ContrastiveEncoder, path: Path, drop: tuple[str, ...] = (), extra: dict | None = None,
@@ -234,8 +215,8 @@ def test_a_pinned_revision_loads_that_snapshot_not_main(offline: None, saved: Pa
     torch.manual_seed(1)
     other = save_pretrained(create_model("resnet10t", num_classes=5, image_size=32), tmp_path / "other")
     cache = tmp_path / "cache"
-    add_snapshot(cache, REPO, other, MAIN_COMMIT, ref="main")
-    add_snapshot(cache, REPO, saved, OTHER_COMMIT)
+    make_hub_cache(cache, REPO, other, MAIN_COMMIT, ref="main")
+    make_hub_cache(cache, REPO, saved, OTHER_COMMIT, ref=None)
     assert load(f"hf-hub:{REPO}", cache_dir=cache).num_classes == 5
     pinned = load(f"hf-hub:{REPO}@{OTHER_COMMIT}", cache_dir=cache)
     assert pinned.num_classes == 3
@@ -251,7 +232,7 @@ def test_local_files_only_refuses_a_config_missing_from_the_cache(online: None, 
     weights_only.mkdir()
     shutil.copy(saved / "model.safetensors", weights_only)
     cache = tmp_path / "cache"
-    add_snapshot(cache, REPO, weights_only, MAIN_COMMIT, ref="main")
+    make_hub_cache(cache, REPO, weights_only, MAIN_COMMIT, ref="main")
     with pytest.raises(NotCachedError, match=r"^Cannot load config\.json of hscl-test/contract-net@main: offline mode"):
         load(f"hf-hub:{REPO}", cache_dir=cache, local_files_only=True)
     assert hub_server.requests == []
@@ -388,7 +369,7 @@ def test_sha256_message_says_how_to_recover(offline: None, saved: Path, tmp_path
     """A pinned checksum that differs names both digests, the entry and how to recover."""
     entry = info("scl-cifar10")
     pinned = dataclasses.replace(entry, hub_repo=REPO, revision=MAIN_COMMIT, sha256="0" * 64)
-    add_snapshot(tmp_path, REPO, saved, MAIN_COMMIT, ref="main")
+    make_hub_cache(tmp_path, REPO, saved, MAIN_COMMIT, ref="main")
     with pytest.raises(hub.ChecksumMismatchError) as err:
         load(pinned, cache_dir=tmp_path)
     actual = hashlib.sha256((saved / "model.safetensors").read_bytes()).hexdigest()

@@ -15,7 +15,7 @@ from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.hub import ChecksumMismatchError, sha256_file
 from hscl_zoo.zoo.registry import ZooEntry, info, list_models
 from hscl_zoo.zoo.saving import save_pretrained
-from test_hub import make_hub_cache
+from helpers import make_hub_cache
 
 PUBLISHED_NAME = "scl-cifar10"
 PINNED = "89abcdef0123456789abcdef0123456789abcdef"
