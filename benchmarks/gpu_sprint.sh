@@ -33,7 +33,7 @@ for arg in "$@"; do
   case $arg in
     --rehearse) REHEARSE=1 ;;
     pack|check|measure|train) STEPS+=("$arg") ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$arg'; steps are pack, check, measure, train (and --rehearse)." >&2; exit 2 ;;
   esac
 done

@@ -70,3 +70,10 @@ def test_the_rehearsal_runs_every_step_and_packs_its_results(tmp_path):
 
     again = sprint("--rehearse", "check", "measure", "train", env=env, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before") >= 8, again.stdout[-3000:]
+
+
+def test_help_prints_the_header_comment_and_nothing_else(tmp_path):
+    result = sprint("--help", env={"STATE": str(tmp_path / "state")})
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and lines and all(line.startswith("#") for line in lines)
+    assert "--rehearse" in result.stdout and "Exit status" in lines[-1]
