@@ -65,6 +65,28 @@ def test_table_cells_are_the_records_numbers():
     assert block.startswith("| method |") and block.rstrip().endswith("min in all.")
 
 
+def test_reading_names_each_columns_ends_and_counts_fine_tuning_gains():
+    """The generated sentences under the table, against values worked out by hand: ties at two
+    decimals name both methods, a missing part is left out, and fine-tuning gains are counted by sign."""
+    records = [record("ucl", 10.0, 1.004, {"cifar10": (40.0, 30.0, 5.0)}, tuned=50.0, scratch=52.5),
+               record("scl", 12.5, 0.998, {"cifar10": (45.5, 33.0, 5.0)}, tuned=56.0, scratch=52.5),
+               record("hscl-beta", 11.0, 2.0, {"cifar10": (44.0, 35.25, 7.5)}, tuned=54.0, scratch=52.5),
+               record("hucl", 9.0, 1.5)]
+    text = evidence.reading(records, ["cifar10"], [2])
+    assert text.splitlines()[2:] == [
+        "* own-data Recall@1: highest SCL (12.50), lowest H-UCL (9.00); a spread of 3.50 points.",
+        "* own-data MAP@R: highest H-SCL(β) (2.00), lowest UCL and SCL (1.00); a spread of 1.00 points.",
+        "* cifar10 linear top-1: highest SCL (45.50), lowest UCL (40.00); a spread of 5.50 points.",
+        "* cifar10 kNN top-1: highest H-SCL(β) (35.25), lowest UCL (30.00); a spread of 5.25 points.",
+        "* cifar10 MAP@R: highest H-SCL(β) (7.50), lowest UCL and SCL (5.00); a spread of 2.50 points.",
+        "* 2-epoch fine-tune: from the encoder above from scratch for 2 of 3 methods, by -2.50 to +3.50 points.",
+    ]
+    assert evidence.reading([record("scl", 1.0, 1.0)], [], []) == ""  # one row: nothing to compare
+    two_seeds = [record("scl", 1.0, 1.0), {**record("scl", 2.0, 1.0), "seed": 1}, record("ucl", 3.0, 1.0)]
+    assert "* Seed 0, own-data Recall@1: highest UCL (3.00), lowest SCL (1.00)" in evidence.reading(two_seeds, [], [])
+    assert evidence.reading(records, ["cifar10"], [2]) in evidence.render_summary("b", records)
+
+
 def test_docs_blocks_are_what_the_evidence_files_give():
     """Each <!-- results:evidence-BUDGET --> block of docs/results.md quotes results/BUDGET/evidence/summary.md,
     which is what --summary-only renders from the JSON files (an empty block while there are none), and

@@ -252,9 +252,55 @@ def render_summary(budget: str, records: list[Record]) -> str:
             tuned, scratch = pair["from_encoder"]["top1"], pair["from_scratch"]["top1"]
             cells += [_pct(tuned), _pct(scratch), f"{tuned - scratch:+.2f}"]
         text.write("| " + " | ".join(cells) + " |\n")
+    text.write("\n" + reading(records, targets, epochs))
     text.write("\n" + _protocol_notes(records, targets))
     text.write(RESULTS_END + "\n")
     return text.getvalue()
+
+
+def _extremes(values: list[tuple[str, float]]) -> str:
+    """'highest A (x), lowest B (y); a spread of z points', naming every method tied at the
+    reported two decimals."""
+    shown = [(name, round(value, 2)) for name, value in values]
+    top, bottom = max(v for _, v in shown), min(v for _, v in shown)
+
+    def names(target: float) -> str:
+        return " and ".join(name for name, v in shown if v == target)
+
+    return f"highest {names(top)} ({top:.2f}), lowest {names(bottom)} ({bottom:.2f}); a spread of {top - bottom:.2f} points"
+
+
+def reading(records: list[Record], targets: list[str], epochs: list[int]) -> str:
+    """What the table shows, generated from its rows: per seed, each column's highest and lowest
+    methods, and for each fine-tuning schedule how many encoders beat training from scratch."""
+    lines = []
+    seeds = sorted({r["seed"] for r in records})
+    for seed in seeds:
+        rows = [r for r in records if r["seed"] == seed]
+        prefix = f"Seed {seed}, " if len(seeds) > 1 else ""
+        columns: list[tuple[str, Callable[[Record], float | None]]] = [
+            ("own-data Recall@1", lambda r: r["retrieval"]["metrics"]["recall_at_1"]),
+            ("own-data MAP@R", lambda r: r["retrieval"]["metrics"]["map_at_r"])]
+        for t in targets:
+            columns += [(f"{t} linear top-1", lambda r, t=t: r["transfer"][t]["top1"] if t in r["transfer"] else None),
+                        (f"{t} kNN top-1", lambda r, t=t: r["transfer"][t]["knn_top1"] if t in r["transfer"] else None),
+                        (f"{t} MAP@R", lambda r, t=t: r["transfer"][t]["retrieval"]["map_at_r"]
+                         if t in r["transfer"] else None)]
+        for label, value in columns:
+            values = [(display(r["method"]), v) for r in rows if (v := value(r)) is not None]
+            if len(values) > 1:
+                lines.append(f"{prefix}{label}: {_extremes(values)}.")
+        for e in epochs:
+            gains = [r["finetune"][str(e)]["from_encoder"]["top1"] - r["finetune"][str(e)]["from_scratch"]["top1"]
+                     for r in rows if str(e) in r["finetune"]]
+            if not gains:
+                continue
+            ahead = sum(g > 0 for g in gains)
+            lines.append(f"{prefix}{e}-epoch fine-tune: from the encoder above from scratch for {ahead} of {len(gains)} "
+                         f"method{'s' if len(gains) > 1 else ''}, by {min(gains):+.2f} to {max(gains):+.2f} points.")
+    if not lines:
+        return ""
+    return "What the rows show (generated from them):\n\n" + "".join(f"* {line}\n" for line in lines)
 
 
 def _protocol_notes(records: list[Record], targets: list[str]) -> str:
