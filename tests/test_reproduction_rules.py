@@ -16,6 +16,7 @@ CLAIMS = {
     "assumption": "Assumption 1 holds for over 95% of anchors at every epoch (H-SCL runs)",
     "lemma": "L_HSCL <= L_HUCL at every epoch (Lemma 1, H-SCL runs)",
     "crossing": "L_UCL is below L_HSCL in early epochs and above it in later ones (the paper's Fig. 5, H-SCL(τ))",
+    "ordering": "The methods' linear-probe top-1 falls in the paper's Table 1 order for this dataset",
 }
 
 
@@ -87,6 +88,7 @@ def test_without_runs_every_claim_waits_and_says_for_what():
         Verdict(CLAIMS["assumption"], NOT_TESTABLE, "no H-SCL(β) or H-SCL(τ) run yet."),
         Verdict(CLAIMS["lemma"], NOT_TESTABLE, "no H-SCL(β) or H-SCL(τ) run yet."),
         Verdict(CLAIMS["crossing"], NOT_TESTABLE, "no H-SCL(τ) run yet."),
+        Verdict(CLAIMS["ordering"], NOT_TESTABLE, "no run yet."),
     ]
 
 
@@ -166,3 +168,50 @@ def test_thresholds_at_their_boundaries():
     assert keeps["hscl-tau"]["keeps_every_negative"]
     same = rows([run("scl", 0, train_loss=0.0), run("hscl-tau", 0, train_loss=1e-3)])
     assert same["hscl-tau"]["trains_as"] == "scl"
+
+
+CIFAR100_ORDER = ("the paper's order on cifar100: H-SCL(β) 75.11 > H-SCL(τ) 72.97 > SCL 71.68 > H-UCL 67.77 > "
+                  "UCL 64.02.")
+
+
+def on(dataset, record):
+    return {**record, "config": {"dataset": dataset}}
+
+
+def test_ordering_waits_for_one_named_dataset_every_method_and_two_seeds():
+    assert claim([run("scl")], "ordering").evidence == "the runs do not all name one dataset (config.dataset)."
+    mixed = [on("cifar10", run("scl")), on("cifar100", run("ucl"))]
+    assert claim(mixed, "ordering").evidence == "the runs do not all name one dataset (config.dataset)."
+    assert claim([on("digits", run("scl"))], "ordering") == Verdict(
+        CLAIMS["ordering"], NOT_TESTABLE, "the paper reports no digits results.")
+    three = [on("cifar100", run(m)) for m in ("scl", "ucl", "hscl-beta")]
+    assert claim(three, "ordering") == Verdict(CLAIMS["ordering"], NOT_TESTABLE,
+                                               CIFAR100_ORDER + " No H-SCL(τ) or H-UCL run yet.")
+    one_seed = [on("cifar100", run(m)) for m in ("scl", "ucl", "hscl-beta", "hscl-tau", "hucl")]
+    one = claim(one_seed, "ordering")
+    assert one.verdict == NOT_TESTABLE and one.evidence.endswith(
+        "A paired interval needs at least 2 shared seeds for every neighbouring pair.")
+
+
+def test_ordering_judges_each_neighbouring_pair_of_the_papers_order():
+    """Mean accuracies 60, 58, 56, 54, 52 in the paper's order; each neighbouring pair's per-seed
+    differences are 2.05, 2, 1.95: mean 2, sd 0.05, half-width t(0.975, 2) * 0.05 / sqrt(3) = 0.124."""
+    order = ("hscl-beta", "hscl-tau", "scl", "hucl", "ucl")
+    wiggle = (-0.05, 0.0, 0.05)
+    records = [on("cifar100", run(m, s, top1=60.0 - 2 * i + (i * wiggle[s]))) for i, m in enumerate(order) for s in range(3)]
+    held = claim(records, "ordering")
+    assert held == Verdict(CLAIMS["ordering"], "reproduced", CIFAR100_ORDER + (
+        " Measured means: H-SCL(β) 60.00 > H-SCL(τ) 58.00 > SCL 56.00 > H-UCL 54.00 > UCL 52.00; they fall in the "
+        "paper's order. Neighbours in the paper's order, paired: H-SCL(β) minus H-SCL(τ) +2.00 [+1.88, +2.12]; "
+        "H-SCL(τ) minus SCL +2.00 [+1.88, +2.12]; SCL minus H-UCL +2.00 [+1.88, +2.12]; H-UCL minus UCL +2.00 "
+        "[+1.88, +2.12] (3 seeds). 4 of 4 intervals lie above 0."))
+    # SCL and H-SCL(tau) swapped: the means leave the paper's order, that pair's interval lies below 0
+    # and H-SCL(beta) minus H-SCL(tau), SCL minus H-UCL become +4 (still above 0)
+    swapped = [on("cifar100", {**r, "method": {"scl": "hscl-tau", "hscl-tau": "scl"}.get(r["method"], r["method"])})
+               for r in records]
+    broken = claim(swapped, "ordering")
+    assert broken.verdict == "not reproduced"
+    assert "Measured means: H-SCL(β) 60.00 > SCL 58.00 > H-SCL(τ) 56.00 > H-UCL 54.00 > UCL 52.00; they do not " \
+           "fall in the paper's order." in broken.evidence
+    assert "H-SCL(τ) minus SCL -2.00 [-2.12, -1.88]" in broken.evidence
+    assert broken.evidence.endswith("3 of 4 intervals lie above 0.")

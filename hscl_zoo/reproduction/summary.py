@@ -132,6 +132,7 @@ def verdicts(records: list[Record]) -> list[Verdict]:
     out.append(_assumption(groups))
     out.append(_lemma(groups))
     out.append(_ucl_crossing(groups))
+    out.append(_paper_ordering(groups))
     return out
 
 
@@ -220,3 +221,37 @@ def _crossing_pattern(record: Record) -> str:
     if not signs[0] and all(signs[first_above:]):
         return "below, then above"
     return "mixed"
+
+
+def _paper_ordering(groups: dict[str, list[Record]]) -> Verdict:
+    """Table 1's order of the methods on the runs' dataset, judged pair by pair: every method must
+    beat the next one down the paper's order with a paired interval above 0."""
+    claim = "The methods' linear-probe top-1 falls in the paper's Table 1 order for this dataset"
+    datasets = {r.get("config", {}).get("dataset") for rs in groups.values() for r in rs}
+    if not datasets:
+        return Verdict(claim, "not testable at this budget", "no run yet.")
+    if len(datasets) > 1 or None in datasets:
+        return Verdict(claim, "not testable at this budget", "the runs do not all name one dataset (config.dataset).")
+    dataset = datasets.pop()
+    paper = {m: spec.paper_top1[dataset][0] for m, spec in METHODS.items() if dataset in spec.paper_top1}
+    if not paper:
+        return Verdict(claim, "not testable at this budget", f"the paper reports no {dataset} results.")
+    order = sorted(paper, key=paper.__getitem__, reverse=True)
+    evidence = "the paper's order on " + dataset + ": " + " > ".join(f"{display(m)} {paper[m]:.2f}" for m in order) + "."
+    missing = [display(m) for m in order if m not in groups]
+    if missing:
+        return Verdict(claim, "not testable at this budget", evidence + f" No {' or '.join(missing)} run yet.")
+    means = {m: statistics.fmean(r["top1"] for r in groups[m]) for m in order}
+    measured = sorted(order, key=means.__getitem__, reverse=True)
+    evidence += (" Measured means: " + " > ".join(f"{display(m)} {means[m]:.2f}" for m in measured)
+                 + f"; they {'fall' if measured == order else 'do not fall'} in the paper's order.")
+    pairs = [(a, b, paired_difference(per_seed(groups[a]), per_seed(groups[b]))) for a, b in zip(order, order[1:])]
+    if any(diff is None or diff.low is None for _, _, diff in pairs):
+        return Verdict(claim, "not testable at this budget",
+                       evidence + " A paired interval needs at least 2 shared seeds for every neighbouring pair.")
+    above = sum(diff.low > 0 for _, _, diff in pairs)
+    evidence += (" Neighbours in the paper's order, paired: "
+                 + "; ".join(f"{display(a)} minus {display(b)} {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"
+                             for a, b, d in pairs)
+                 + f" ({_count(min(d.n for _, _, d in pairs), 'seed')}). {above} of {len(pairs)} intervals lie above 0.")
+    return Verdict(claim, "reproduced" if above == len(pairs) else "not reproduced", evidence)
