@@ -3,6 +3,7 @@ models carry their measured results beside the paper's."""
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -196,7 +197,22 @@ def test_registry_card_quotes_the_method_at_its_datasets_evidence_budget(tmp_pat
     row = next(line for line in section.splitlines() if line.startswith("| `cpu-cifar10-10k`"))
     assert row.startswith("| `cpu-cifar10-10k` | 2 | 54.50 ± 2.12 | ")
     assert row.endswith(" | +3.50 [-2.85, +9.85] |")
-    assert "- `cpu-cifar10-10k`: The CPU evidence budget" in section
+    assert "- [`cpu-cifar10-10k`](../results/cpu-cifar10-10k/summary.md): The CPU evidence budget" in section
+    assert "[evidence](../results/cpu-cifar10-10k/evidence/summary.md)" not in section
+    (results / "cpu-cifar10-10k" / "evidence").mkdir()
+    (results / "cpu-cifar10-10k" / "evidence" / "summary.md").write_text("# Evidence\n")
+    card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    assert "fine-tuning of its seed-0 encoders: [evidence](../results/cpu-cifar10-10k/evidence/summary.md)." in card
+
+
+def test_checked_in_cards_links_reach_files_of_the_repository():
+    """Relative links of model_cards/*.md (the budgets' summaries, their evidence) resolve from that folder."""
+    checked = 0
+    for card in sorted((ROOT / "model_cards").glob("*.md")):
+        for target in re.findall(r"\]\((\.\./[^)#]+)", card.read_text()):
+            assert (card.parent / target).is_file(), f"{card.name} links {target}, which does not exist"
+            checked += 1
+    assert checked >= 10  # the CIFAR-10, CIFAR-100 and Tiny ImageNet cards link their budgets
 
 
 def test_card_evidence_skips_other_methods_smoke_budgets_and_a_wheel(tmp_path):

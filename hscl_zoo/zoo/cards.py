@@ -325,13 +325,17 @@ def _budget_evidence(facts: _CardFacts, results: Path | None) -> str:
     if not rows:
         return ""
     method = METHODS[facts.method].display if facts.method in METHODS else facts.method
-    budgets = "\n".join(f"- `{budget.name}`: {budget.description}" for budget, _ in rows)
+    budgets = "\n".join(f"- [`{budget.name}`](../results/{budget.name}/summary.md): {budget.description}"
+                        + (f" Retrieval, transfer and fine-tuning of its seed-0 encoders: "
+                           f"[evidence](../results/{budget.name}/evidence/summary.md)."
+                           if (results / budget.name / "evidence" / "summary.md").is_file() else "")
+                        for budget, _ in rows)
     hardware = " and ".join(kind for kind in ("CPU", "GPU") if any(b.name.startswith(kind.lower() + "-") for b, _ in rows))
     return (f"\n\n### {method} at {hardware or 'smaller'} budgets (not this model, not the paper's budget)\n\n"
             "Encoders trained with the methods side by side at budgets this project can afford (each budget "
             "below says its data, model, schedule and hardware), to test the paper's claims: linear probe and kNN top-1 on the full test split, "
             "means ± standard deviations over seeds, differences paired by seed. Each budget's runs, summary "
-            "and verdicts are in the hscl_zoo repository under `results/<budget>/`.\n\n"
+            "and verdicts are in the hscl_zoo repository under `results/<budget>/` (linked below).\n\n"
             f"{evidence_table(rows)}\n\n{budgets}")
 
 
