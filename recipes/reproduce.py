@@ -2,7 +2,7 @@
 
     python recipes/reproduce.py --budget cpu-cifar10-10k --data_dir ../shared/data/cifar10
     python recipes/reproduce.py --budget cpu-tinyimagenet-20k --data_dir ../shared/data/tinyimagenet --seeds 0
-    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only --readme docs/results.md  # from the run files
+    python recipes/reproduce.py --budget cpu-cifar10-10k --summary-only --readme docs/results.md README.md  # from the run files
     python recipes/reproduce.py --budget gpu-cifar10 --data_dir ../shared/data/cifar10 --seeds 0
 
 Each run is `recipes/pretrain.py` in its own process under `<out>/runs/<method>-s<seed>/`; a
@@ -22,7 +22,7 @@ from typing import Any
 from hscl_zoo.losses import LOSS_NAMES, METHODS
 from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, run_settings
 from hscl_zoo.reproduction.figures import plot_histories
-from hscl_zoo.reproduction.report import read_records, render_markdown, update_readme, write_csv
+from hscl_zoo.reproduction.report import read_records, render_markdown, update_page, write_csv
 from hscl_zoo.reproduction.runs import run_or_reuse
 from hscl_zoo.reproduction.summary import by_method, display
 
@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out", type=Path, help="results folder (default: results/<budget>)")
     parser.add_argument("--summary-only", action="store_true",
                         help="train nothing: rewrite the summary and figures from the finished runs/*.json")
-    parser.add_argument("--readme", type=Path,
-                        help="also rewrite this page's (docs/results.md) <!-- results:BUDGET --> block with the summary's table and verdicts")
+    parser.add_argument("--readme", type=Path, nargs="+", default=[],
+                        help="also rewrite these pages' blocks: <!-- results:BUDGET --> (docs/results.md) with the "
+                             "summary's table and verdicts, <!-- results:headline-BUDGET --> (README.md) with the "
+                             "verdicts in one paragraph")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out or Path("results") / args.budget
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -71,8 +73,8 @@ def main(argv: list[str] | None = None) -> str:
             for method in (m for m in RUN_ORDER if m in args.methods):
                 run_one(out, budget, method, seed, args.data_dir)
     text = summarise(out, budget)
-    if args.readme is not None:
-        update_readme(args.readme, budget.name, text)
+    for page in args.readme:
+        update_page(page, budget.name, text, read_records(out / "runs"))
     print(text)
     return text
 

@@ -129,6 +129,33 @@ def test_committed_summaries_are_what_the_run_files_give(budget, tmp_path):
     readme = (ROOT / "docs" / "results.md").read_text()
     assert report.quote_in_readme(readme, budget, text) == readme, (
         f"docs/results.md's results:{budget} block is stale: python recipes/reproduce.py --budget {budget} --summary-only --readme docs/results.md")
+    front = (ROOT / "README.md").read_text()
+    if budgets.BUDGETS[budget].evidence and budget.startswith("cpu-"):
+        headline = summary.headline(report.read_records(committed / "runs"))
+        assert report.replace_block(front, f"headline-{budget}", headline + "\n") == front, (
+            f"README.md's results:headline-{budget} paragraph is stale (or missing): python recipes/reproduce.py "
+            f"--budget {budget} --summary-only --readme README.md")
+
+
+def test_readme_option_fills_whichever_blocks_a_page_has_and_refuses_a_page_with_none(tmp_path):
+    driver = load_driver()
+    (tmp_path / "runs").mkdir()
+    for seed, (scl, beta) in enumerate([(50.0, 53.0), (52.0, 56.0)]):
+        for method, top1 in (("scl", scl), ("hscl-beta", beta)):
+            (tmp_path / "runs" / f"{method}-s{seed}.json").write_text(
+                json.dumps(record(method, seed, top1, [30, 40, 50], 0.9)))
+    page = tmp_path / "page.md"
+    page.write_text("# page\n")
+    with pytest.raises(SystemExit, match="no <!-- results:tiny-digits --> or <!-- results:headline-tiny-digits --> block"):
+        driver.main(["--budget", "tiny-digits", "--summary-only", "--out", str(tmp_path), "--readme", str(page)])
+    assert page.read_text() == "# page\n"
+    page.write_text("a\n<!-- results:headline-tiny-digits -->\nold\n<!-- /results:headline-tiny-digits -->\nb\n")
+    driver.main(["--budget", "tiny-digits", "--summary-only", "--out", str(tmp_path), "--readme", str(page)])
+    # differences +3 and +4 (2 seeds) leave an interval across 0: H-SCL(beta) beats SCL is "not reproduced"
+    assert page.read_text().startswith("a\n<!-- results:headline-tiny-digits -->\nThe paper's claims, judged on 2 "
+                                       "seeds per method. **reproduced**: ")
+    assert "**not reproduced**: H-SCL(β) beats SCL in linear-probe top-1;" in page.read_text()
+    assert page.read_text().endswith(".\n<!-- /results:headline-tiny-digits -->\nb\n")
 
 
 @pytest.mark.slow

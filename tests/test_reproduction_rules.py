@@ -16,7 +16,7 @@ CLAIMS = {
     "assumption": "Assumption 1 holds for over 95% of anchors at every epoch (H-SCL runs)",
     "lemma": "L_HSCL <= L_HUCL at every epoch (Lemma 1, H-SCL runs)",
     "crossing": "L_UCL is below L_HSCL in early epochs and above it in later ones (the paper's Fig. 5, H-SCL(τ))",
-    "ordering": "The methods' linear-probe top-1 falls in the paper's Table 1 order for this dataset",
+    "ordering": "Linear-probe top-1 follows the paper's Table 1 order of the methods on this dataset",
 }
 
 
@@ -215,3 +215,23 @@ def test_ordering_judges_each_neighbouring_pair_of_the_papers_order():
            "fall in the paper's order." in broken.evidence
     assert "H-SCL(τ) minus SCL -2.00 [-2.12, -1.88]" in broken.evidence
     assert broken.evidence.endswith("3 of 4 intervals lie above 0.")
+
+
+def test_headline_groups_the_claims_by_outcome_in_the_verdicts_order():
+    from hscl_zoo.reproduction.summary import headline
+
+    assert headline([]) == ("The paper's claims, judged on no run yet. **not testable at this budget**: "
+                            + "; ".join(CLAIMS_IN_ORDER) + ".")
+    # SCL on two seeds, H-SCL(beta) on one whose kNN monitor stays below SCL's; assumption fraction
+    # above 0.95 and rising, L_HSCL below L_HUCL: Assumption 1 and Lemma 1 are reproduced, reaching
+    # SCL sooner is not, the rest wait for seeds or methods.
+    records = [run("scl", 0), run("scl", 1), run("hscl-beta", 0, top1=52.0, knn_top1=40.0)]
+    assert headline(records) == (
+        "The paper's claims, judged on seeds per method: SCL 2, H-SCL(β) 1. **reproduced**: "
+        f"{CLAIMS['assumption']}; {CLAIMS['lemma']}. **not reproduced**: {CLAIMS['reaches']}. "
+        "**not testable at this budget**: " + "; ".join(
+            c for c in CLAIMS_IN_ORDER if c not in (CLAIMS["assumption"], CLAIMS["lemma"], CLAIMS["reaches"])) + ".")
+
+
+CLAIMS_IN_ORDER = [CLAIMS["beats scl"], "H-SCL(β) beats H-UCL in linear-probe top-1", "H-SCL(β) beats UCL in linear-probe top-1",
+                   CLAIMS["reaches"], CLAIMS["assumption"], CLAIMS["lemma"], CLAIMS["crossing"], CLAIMS["ordering"]]

@@ -15,6 +15,7 @@ from hscl_zoo.reproduction.summary import (
     SAME_LOSS,
     Record,
     by_method,
+    headline,
     mean_curve,
     method_rows,
     verdicts,
@@ -49,15 +50,40 @@ def results_block(summary_text: str) -> str:
     return summary_text[start + len(RESULTS_BEGIN):end].strip("\n") + "\n"
 
 
+def replace_block(page: str, name: str, body: str) -> str:
+    """`page` with the text between `<!-- results:NAME -->` and `<!-- /results:NAME -->` replaced by
+    `body`; a ValueError if the markers are missing."""
+    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+    if begin not in page or end not in page:
+        raise ValueError(f"the README has no {begin} ... {end} block to quote {name}'s results in; add the two markers.")
+    head, rest = page.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
 def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:
     """`readme` with the block between `<!-- results:BUDGET -->` and `<!-- /results:BUDGET -->`
     replaced by the summary's results block; a ValueError if the markers are missing."""
-    begin, end = f"<!-- results:{budget} -->", f"<!-- /results:{budget} -->"
-    if begin not in readme or end not in readme:
-        raise ValueError(f"the README has no {begin} ... {end} block to quote {budget}'s results in; add the two markers.")
-    head, rest = readme.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{results_block(summary_text)}{end}{tail}"
+    return replace_block(readme, budget, results_block(summary_text))
+
+
+def update_page(page: Path, budget: str, summary_text: str, records: list[Record]) -> None:
+    """Rewrite whichever blocks of `page` quote `budget`: `<!-- results:BUDGET -->` (the summary's
+    table and verdicts, as docs/results.md holds) and `<!-- results:headline-BUDGET -->` (the
+    one-paragraph :func:`headline`, as README.md holds); neither present ends the command with the fix."""
+    text = page.read_text()
+    names = [n for n in (budget, f"headline-{budget}") if f"<!-- results:{n} -->" in text]
+    if not names:
+        raise SystemExit(f"error: {page}: no <!-- results:{budget} --> or <!-- results:headline-{budget} --> block to "
+                         "quote the results in; add a pair of markers (<!-- results:NAME --> ... <!-- /results:NAME -->).")
+    try:
+        if budget in names:
+            text = quote_in_readme(text, budget, summary_text)
+        if f"headline-{budget}" in names:
+            text = replace_block(text, f"headline-{budget}", headline(records) + "\n")
+    except ValueError as error:
+        raise SystemExit(f"error: {page}: {error}") from error
+    page.write_text(text)
 
 
 def code_line(records: list[Record]) -> str:

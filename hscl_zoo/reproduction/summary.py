@@ -136,6 +136,22 @@ def verdicts(records: list[Record]) -> list[Verdict]:
     return out
 
 
+def headline(records: list[Record]) -> str:
+    """The verdicts in one paragraph, grouped by outcome (what the README quotes for a budget)."""
+    groups = by_method(records)
+    counts = {len(rs) for rs in groups.values()}
+    seeds = (f"{_count(counts.pop(), 'seed')} per method" if len(counts) == 1
+             else "seeds per method: " + ", ".join(f"{display(m)} {len(rs)}" for m, rs in groups.items()))
+    parts = []
+    for outcome in ("reproduced", "not reproduced", "not testable at this budget"):
+        claims = [v.claim for v in verdicts(records) if v.verdict == outcome]
+        if claims:
+            parts.append(f"**{outcome}**: " + "; ".join(claims))
+    if not groups:
+        seeds = "no run yet"
+    return f"The paper's claims, judged on {seeds}. " + ". ".join(parts) + "."
+
+
 def _beats(groups: dict[str, list[Record]], method: str, ref: str) -> Verdict:
     claim = f"{display(method)} beats {display(ref)} in linear-probe top-1"
     missing = [display(m) for m in (method, ref) if m not in groups]
@@ -226,7 +242,7 @@ def _crossing_pattern(record: Record) -> str:
 def _paper_ordering(groups: dict[str, list[Record]]) -> Verdict:
     """Table 1's order of the methods on the runs' dataset, judged pair by pair: every method must
     beat the next one down the paper's order with a paired interval above 0."""
-    claim = "The methods' linear-probe top-1 falls in the paper's Table 1 order for this dataset"
+    claim = "Linear-probe top-1 follows the paper's Table 1 order of the methods on this dataset"
     datasets = {r.get("config", {}).get("dataset") for rs in groups.values() for r in rs}
     if not datasets:
         return Verdict(claim, "not testable at this budget", "no run yet.")
