@@ -52,15 +52,17 @@ def table_rows(text: str) -> dict[str, list[str]]:
 def test_table_cells_are_the_records_numbers():
     records = [record("hscl-beta", 61.234, 20.5, {"cifar10": (40.0, 38.125, 12.0)}, tuned=55.5, scratch=50.25),
                record("scl", 58.0, 19.996)]
+    records[0]["probe"] = {"top1": 47.5, "knn_top1": 44.444, "commit": "fedcba9876543210"}
     text = evidence.render_summary("b", records)
     rows = table_rows(text)
     # method order is the method table's (SCL before H-SCL(beta)); a missing part is "-"
     assert list(rows) == ["SCL", "H-SCL(β)"]
-    assert rows["SCL"] == ["0", "58.00", "20.00", "-", "-", "-", "-", "-", "-"]
-    assert rows["H-SCL(β)"] == ["0", "61.23", "20.50", "40.00", "38.12", "12.00", "55.50", "50.25", "+5.25"]
+    assert rows["SCL"] == ["0", "-", "-", "58.00", "20.00", "-", "-", "-", "-", "-", "-"]
+    assert rows["H-SCL(β)"] == ["0", "47.50", "44.44", "61.23", "20.50", "40.00", "38.12", "12.00", "55.50", "50.25",
+                                "+5.25"]
     assert "cifar10: linear top-1 (%)" in text and "2-epoch fine-tune from scratch (%)" in text
     assert "6 steps from the encoder" in text and "What one seed cannot show" in text
-    assert "commit abc123def456, not recorded" in text and "Measuring took 1.0 min" in text  # two measured parts of 30 s
+    assert "commit abc123def456, fedcba987654, not recorded" in text and "Measuring took 1.0 min" in text  # two measured parts of 30 s
     block = report.results_block(text)
     assert block.startswith("| method |") and block.rstrip().endswith("min in all.")
 
@@ -156,6 +158,8 @@ def test_tiny_evidence_equals_the_protocols_called_directly(tmp_path):
     records = {m: json.loads((folder / f"{m}-s0.json").read_text()) for m in ("scl", "hscl-beta")}
     scl_eval = json.loads((runs / "scl-s0" / "linear_eval.json").read_text())
     assert records["scl"]["retrieval"]["metrics"] == scl_eval["retrieval"]
+    assert (records["scl"]["probe"]["top1"], records["scl"]["probe"]["knn_top1"]) == (scl_eval["top1"], scl_eval["knn_top1"])
+    assert records["scl"]["probe"]["commit"] == json.loads((runs / "scl-s0.json").read_text())["commit"]
     measured = records["hscl-beta"]["retrieval"]
     assert measured["source"] == "evaluate_model" and measured["commit"] and measured["seconds"] > 0
     for key, value in beta_eval["retrieval"].items():

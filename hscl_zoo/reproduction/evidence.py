@@ -106,6 +106,16 @@ def own_retrieval(run_dir: Path, data_root: Path | None) -> Record:
     return _measured(measure)
 
 
+def own_probe(run_dir: Path) -> Record:
+    """The encoder's linear probe and kNN top-1 on its own dataset, as the pretraining recipe's final
+    evaluation wrote them to the run's linear_eval.json (which encoders the other columns measured)."""
+    evaluation = json.loads((run_dir / "linear_eval.json").read_text())
+    record_path = run_dir.parent / f"{run_dir.name}.json"
+    commit = json.loads(record_path.read_text()).get("commit") if record_path.is_file() else None
+    return {"source": str(run_dir / "linear_eval.json"), "top1": evaluation["top1"], "knn_top1": evaluation["knn_top1"],
+            "commit": commit}
+
+
 def transfer_row(hub: Path, target: str, data_root: Path | None) -> Record:
     """The :func:`evaluate_transfer` row of `target` for the encoder in `hub`."""
     return evaluate_transfer(hub, [target], data_dirs=[dataset_dir(target, data_root)], metrics=TRANSFER_METRICS,
@@ -193,6 +203,7 @@ def collect(runs: Path, evidence_dir: Path, budget: str, method: str, seed: int,
         path.write_text(json.dumps(record, indent=2) + "\n")
 
     evidence_dir.mkdir(parents=True, exist_ok=True)
+    part(None, "probe", lambda: own_probe(run_dir))
     part(None, "retrieval", lambda: own_retrieval(run_dir, settings.data_root))
     for target in settings.transfer:
         part(record["transfer"], target, lambda: _measured(lambda: transfer_row(run_dir / "hub", target, settings.data_root)))
@@ -228,7 +239,7 @@ def render_summary(budget: str, records: list[Record]) -> str:
     records = sorted(records, key=lambda r: (order.index(r["method"]), r["seed"]))
     targets = list(dict.fromkeys(t for r in records for t in r["transfer"]))
     epochs = sorted({int(e) for r in records for e in r["finetune"]})
-    header = ["method", "seed", "Recall@1 (%)", "MAP@R (%)"]
+    header = ["method", "seed", "linear top-1 (%)", "kNN top-1 (%)", "Recall@1 (%)", "MAP@R (%)"]
     header += [f"{t}: {kind} (%)" for t in targets for kind in ("linear top-1", "kNN top-1", "MAP@R")]
     header += [f"{e}-epoch fine-tune {kind}" for e in epochs for kind in ("from encoder (%)", "from scratch (%)",
                                                                             "difference (points)")]
@@ -240,7 +251,9 @@ def render_summary(budget: str, records: list[Record]) -> str:
     text.write("| " + " | ".join(header) + " |\n|---|---:|" + "---:|" * (len(header) - 2) + "\n")
     for r in records:
         own = r["retrieval"]["metrics"]
-        cells = [display(r["method"]), str(r["seed"]), _pct(own["recall_at_1"]), _pct(own["map_at_r"])]
+        probe = r.get("probe", {})
+        cells = [display(r["method"]), str(r["seed"]), _pct(probe.get("top1")), _pct(probe.get("knn_top1")),
+                 _pct(own["recall_at_1"]), _pct(own["map_at_r"])]
         for t in targets:
             row = r["transfer"].get(t)
             cells += [_pct(row["top1"]), _pct(row["knn_top1"]), _pct(row["retrieval"]["map_at_r"])] if row else ["-"] * 3
@@ -279,6 +292,7 @@ def reading(records: list[Record], targets: list[str], epochs: list[int]) -> str
         rows = [r for r in records if r["seed"] == seed]
         prefix = f"Seed {seed}, " if len(seeds) > 1 else ""
         columns: list[tuple[str, Callable[[Record], float | None]]] = [
+            ("own-data linear top-1", lambda r: r.get("probe", {}).get("top1")),
             ("own-data Recall@1", lambda r: r["retrieval"]["metrics"]["recall_at_1"]),
             ("own-data MAP@R", lambda r: r["retrieval"]["metrics"]["map_at_r"])]
         for t in targets:
@@ -306,7 +320,8 @@ def reading(records: list[Record], targets: list[str], epochs: list[int]) -> str
 def _protocol_notes(records: list[Record], targets: list[str]) -> str:
     """How the columns were measured, what one seed cannot show, and the provenance."""
     notes = io.StringIO()
-    notes.write("Retrieval: each test image of the encoder's own dataset queries its training images by cosine "
+    notes.write("Linear and kNN top-1: the encoder's own probe, from its run's linear_eval.json. "
+                "Retrieval: each test image of the encoder's own dataset queries its training images by cosine "
                 "similarity. Transfer: a linear probe, kNN and retrieval of each target's own classes on frozen "
                 "features, every target read through the encoder's own preprocessing.")
     for target in targets:
@@ -342,7 +357,9 @@ def _short(commit: str) -> str:
 
 
 def _parts(records: list[Record]) -> list[Record]:
-    return [part for r in records for part in (r["retrieval"], *r["transfer"].values(), *r["finetune"].values())]
+    return [part for r in records
+            for part in ([r["probe"]] if "probe" in r else []) + [r["retrieval"], *r["transfer"].values(),
+                                                                  *r["finetune"].values()]]
 
 
 def summarise(evidence_dir: Path, budget: str) -> str:
