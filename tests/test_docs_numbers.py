@@ -27,7 +27,7 @@ from scipy.stats import t as student_t
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
-UNIT = r"(?:\s?(?:%|ms|min|s|MiB|GiB|img/s|views/s|points)|x)"
+UNIT = r"(?:\s?(?:%|ms|min|s|MB|GB|MiB|GiB|img/s|views/s|points)|x)"
 NUMBER = re.compile(r"(?<![\w.^])[+-]?(\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?)(" + UNIT + r")?(?![\w/]|\.\w)")
 CITATION = re.compile(r"(?:benchmarks/)?results/[\w/.*-]+")
 GENERATED = re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S)
@@ -55,6 +55,8 @@ SPEC: dict[str, tuple[str, str]] = {
     "0.35": ("hscl_zoo/training/finetune.py", '"light": {"scale": (0.35, 1.0)'),
     "256MiB": ("hscl_zoo/retrieval.py", "one chunk of queries (256 MiB by default)"),
     "16MiB": ("hscl_zoo/zoo/schema.py", "the file itself <= 16 MiB"),
+    "80GB": ("benchmarks/results/h100_env.json", "NVIDIA H100 80GB HBM3"),
+    "300MB": ("tests/test_hostile_model_folders.py", "_peak_rss_bytes() - before < 300 * 2**20"),
 }
 
 

@@ -49,8 +49,9 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
     Budget("cpu-cifar100-10k",
            "CIFAR-100 at the CIFAR-10 evidence budget: a class-balanced 10,000-image subset (100 images per "
            "class), the full 10,000-image test split, ResNet-18 with timm's stem at 32 px, batch 256, 15 epochs. "
-           "A batch of 256 holds about 2.6 images of each class, so most anchors have one or two label "
-           "positives besides their own view and nearly every negative is of another class.",
+           "A batch of 256 holds about 2.6 images of each class, so besides its own second view an anchor's "
+           "label positives are the views of the two or three other images of its class in the batch, and "
+           "nearly every negative is of another class.",
            dict(dataset="cifar100", subset=10000, full_test=True, backbone="resnet18", stem="default", epochs=15,
                 batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000),
            evidence=True),
