@@ -56,7 +56,7 @@ SPEC: dict[str, tuple[str, str]] = {
     "256MiB": ("hscl_zoo/retrieval.py", "one chunk of queries (256 MiB by default)"),
     "16MiB": ("hscl_zoo/zoo/schema.py", "the file itself <= 16 MiB"),
     "80GB": ("benchmarks/results/h100_env.json", "NVIDIA H100 80GB HBM3"),
-    "300MB": ("tests/test_hostile_model_folders.py", "_peak_rss_bytes() - before < 300 * 2**20"),
+    "300MB": ("tests/test_hostile_model_folders.py", "the peak may not rise by 300 MB"),
 }
 
 

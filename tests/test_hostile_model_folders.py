@@ -317,4 +317,4 @@ def test_a_large_architecture_over_a_small_file_allocates_nothing(saved, tmp_pat
     before = _peak_rss_bytes()
     with pytest.raises(ConfigMismatchError, match="does not match the vit_large_patch16_224 encoder"):
         load(folder)
-    assert _peak_rss_bytes() - before < 300 * 2**20, "the file holds 20 MB; no more may be allocated"
+    assert _peak_rss_bytes() - before < 300 * 2**20, "the file holds 20 MB; the peak may not rise by 300 MB"
