@@ -265,7 +265,8 @@ def render_summary(budget: str, records: list[Record]) -> str:
             tuned, scratch = pair["from_encoder"]["top1"], pair["from_scratch"]["top1"]
             cells += [_pct(tuned), _pct(scratch), f"{tuned - scratch:+.2f}"]
         text.write("| " + " | ".join(cells) + " |\n")
-    text.write("\n" + reading(records, targets, epochs))
+    if lines := reading(records, targets, epochs):
+        text.write("\n" + lines)
     text.write("\n" + _protocol_notes(records, targets))
     text.write(RESULTS_END + "\n")
     return text.getvalue()
