@@ -235,3 +235,13 @@ def test_headline_groups_the_claims_by_outcome_in_the_verdicts_order():
 
 CLAIMS_IN_ORDER = [CLAIMS["beats scl"], "H-SCL(β) beats H-UCL in linear-probe top-1", "H-SCL(β) beats UCL in linear-probe top-1",
                    CLAIMS["reaches"], CLAIMS["assumption"], CLAIMS["lemma"], CLAIMS["crossing"], CLAIMS["ordering"]]
+
+
+def test_ordering_counts_an_interval_that_touches_zero_as_not_above():
+    """H-UCL equal to UCL on every seed: that pair's interval is exactly [0, 0], which does not lie above 0."""
+    tops = {"hscl-beta": 60.0, "hscl-tau": 58.0, "scl": 56.0, "hucl": 54.0, "ucl": 54.0}
+    records = [on("cifar100", run(m, s, top1=t + s * 0.1)) for m, t in tops.items()
+               for s in range(3)]
+    verdict = claim(records, "ordering")
+    assert "H-UCL minus UCL +0.00 [+0.00, +0.00]" in verdict.evidence
+    assert verdict.verdict == "not reproduced" and verdict.evidence.endswith(" 3 of 4 intervals lie above 0.")
