@@ -92,3 +92,31 @@ def test_gradient_cache_step_accumulates_the_per_chunk_gradient():
     for name, p in model.named_parameters():
         assert expected[name].abs().sum() > 0, name
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")
+
+
+def test_gradient_cache_step_uses_the_memory_format_asked_and_the_given_backward():
+    """Images reach the model in channels_last only when asked (the default is as given), the loss is
+    back-propagated through `backward` (accelerate's, for its loss scaling), and a forward that is
+    not an nn.Module is refused with the fix rather than silently skipping the buffer bookkeeping."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 8))
+    formats: list[bool] = []
+    model[0].register_forward_pre_hook(lambda _, args: formats.append(
+        args[0].is_contiguous(memory_format=torch.channels_last)))
+    views, labels = torch.randn(6, 2, 3, 8, 8), torch.arange(6) % 3
+    loss_fn = hscl_zoo.build_loss("scl")
+    backwards: list[torch.Size] = []
+
+    def backward(loss):
+        backwards.append(loss.shape)
+        loss.backward()
+
+    gradient_cache_step(model, loss_fn, views, labels, chunk_size=4, backward=backward)
+    assert formats and not any(formats), formats
+    assert backwards, "the loss was not back-propagated through the given backward"
+    formats.clear()
+    gradient_cache_step(model, loss_fn, views, labels, chunk_size=4, backward=backward, channels_last=True)
+    assert formats and all(formats), formats
+    with pytest.raises(ValueError, match="encode is not an nn.Module: pass module="):
+        gradient_cache_step(lambda x: model(x), loss_fn, views, labels, chunk_size=4, backward=backward)
