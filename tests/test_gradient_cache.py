@@ -220,6 +220,7 @@ def test_plain_function_with_module_restores_buffers_and_needs_module():
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs, match):
+    kwargs = dict(kwargs)  # the parameter's dict is shared by every run of this case: pop from a copy
     model = SmallNet().double()
     encode = kwargs.pop("encode", lambda m: m)(model)
     views = kwargs.pop("views", make_views())
