@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> str:
             for method in (m for m in RUN_ORDER if m in args.methods):
                 run_one(out, budget, method, seed, args.data_dir)
     text = summarise(out, budget)
+    records = read_records(out / "runs") if args.readme else []
     for page in args.readme:
-        update_page(page, budget.name, text, read_records(out / "runs"))
+        update_page(page, budget.name, text, records)
     print(text)
     return text
 

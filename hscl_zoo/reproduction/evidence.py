@@ -92,10 +92,8 @@ def own_retrieval(run_dir: Path, data_root: Path | None) -> Record:
     evaluation_path = run_dir / "linear_eval.json"
     evaluation = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
     if "retrieval" in evaluation:
-        record_path = run_dir.parent / f"{run_dir.name}.json"
-        commit = json.loads(record_path.read_text()).get("commit") if record_path.is_file() else None
         return {"source": str(evaluation_path), "metrics": evaluation["retrieval"],
-                "protocol": evaluation["protocol"]["retrieval"], "commit": commit}
+                "protocol": evaluation["protocol"]["retrieval"], "commit": _run_commit(run_dir)}
 
     def measure() -> Record:
         hub = run_dir / "hub"
@@ -110,10 +108,14 @@ def own_probe(run_dir: Path) -> Record:
     """The encoder's linear probe and kNN top-1 on its own dataset, as the pretraining recipe's final
     evaluation wrote them to the run's linear_eval.json (which encoders the other columns measured)."""
     evaluation = json.loads((run_dir / "linear_eval.json").read_text())
-    record_path = run_dir.parent / f"{run_dir.name}.json"
-    commit = json.loads(record_path.read_text()).get("commit") if record_path.is_file() else None
     return {"source": str(run_dir / "linear_eval.json"), "top1": evaluation["top1"], "knn_top1": evaluation["knn_top1"],
-            "commit": commit}
+            "commit": _run_commit(run_dir)}
+
+
+def _run_commit(run_dir: Path) -> str | None:
+    """The commit that trained the run, from its record ``<runs>/<method>-s<seed>.json`` (None without one)."""
+    record_path = run_dir.parent / f"{run_dir.name}.json"
+    return json.loads(record_path.read_text()).get("commit") if record_path.is_file() else None
 
 
 def transfer_row(hub: Path, target: str, data_root: Path | None) -> Record:
