@@ -228,6 +228,116 @@ def test_bad_input_is_a_clear_error(kwargs, match):
         gradient_cache_backward(encode, build_loss("scl"), views, LABELS, module=model, **kwargs)
 
 
+def test_error_messages_name_the_problem_and_the_fix():
+    model, loss_fn, views = SmallNet().double(), build_loss("scl"), make_views()
+
+    def message(encode, views, chunk_size=2, module=model) -> str:
+        with pytest.raises(ValueError) as error:
+            gradient_cache_backward(encode, loss_fn, views, LABELS, chunk_size=chunk_size, module=module)
+        return str(error.value)
+
+    assert message(lambda x: model(x), views, module=None) == (
+        "encode is not an nn.Module: pass module=<the model encode runs> so that its buffers "
+        "(BatchNorm running statistics) are updated once and DDP reduces gradients once.")
+    fix = "for a flat (B*V, C, H, W) batch pass x.view(B, V, *x.shape[1:])."
+    assert message(model, views.flatten(0, 1)) == f"views must be a (B, V, C, H, W) tensor (B images, V views each), got (12, 3, 8, 8); {fix}"
+    assert message(model, [views]) == f"views must be a (B, V, C, H, W) tensor (B images, V views each), got list; {fix}"
+    assert message(model, views, chunk_size=7) == (
+        "chunk_size=7 exceeds the 6 images of this batch (of 2 views each): pass chunk_size <= 6 (a divisor "
+        "of it keeps chunks equal), or call the loss directly, as a batch that fits in one chunk needs no cache.")
+    assert message(lambda x: model(x)[:, None], views) == "encode must return (n, d) embeddings for n = 4 images, got (4, 1, 5)."
+    assert message(lambda x: (model(x),), views) == "encode must return (n, d) embeddings for n = 4 images, got tuple."
+
+
+def test_rng_helpers_save_cuda_generators_only_once_cuda_is_in_use():
+    assert not torch.cuda.is_initialized(), "this host's tests never touch CUDA"
+    cpu, cuda = hscl_zoo.training.gradient_cache._rng_state()
+    assert torch.equal(cpu, torch.get_rng_state()) and cuda is None
+    torch.rand(3)  # moves the generator on
+    hscl_zoo.training.gradient_cache._set_rng_state((cpu, []))  # what a CUDA state list of no devices restores
+    assert torch.equal(torch.get_rng_state(), cpu)
+
+
+# ------------------------------------------------------------------------------------------ one process group
+
+@pytest.fixture
+def one_process_group():
+    """torch.distributed initialised with one gloo process: DDP and the collectives run for real, in
+    this process (the two-process test below spawns, which is slow and hidden from mutation testing)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _reduction_times(ddp: nn.parallel.DistributedDataParallel) -> tuple[list[int], list[int]]:
+    """Hooks on a DDP model: forward passes so far, and the forward count at each gradient all-reduce."""
+    forwards, reductions = [0], []
+    ddp.module.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+
+    def hook(state, bucket):
+        reductions.append(forwards[0])
+        return allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    return forwards, reductions
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["ddp", "compiled-ddp"])
+def test_ddp_reduces_gradients_once_after_the_last_chunk(one_process_group, compiled):
+    views, loss_fn = make_views(), build_loss("hscl-beta")
+    torch.manual_seed(1)
+    reference = SmallNet("group").double()
+    direct(reference, loss_fn, views, LABELS, None)
+    torch.manual_seed(1)
+    ddp = nn.parallel.DistributedDataParallel(SmallNet("group").double())
+    forwards, reductions = _reduction_times(ddp)
+    # torch.compile's wrapper is only searched for the DDP inside it (its `_orig_mod`), never run here.
+    module = torch.compile(ddp) if compiled else ddp
+    gradient_cache_backward(ddp, loss_fn, views, LABELS, chunk_size=2, module=module)
+    assert forwards[0] == 6, "3 chunks of 2 images, encoded twice"
+    assert reductions == [6], "one all-reduce, in the backward of the last chunk"
+    assert_grads_close(grads(ddp.module), grads(reference), rtol=1e-10, atol=1e-12)
+
+
+def test_chunk_counts_are_checked_where_the_forward_pass_communicates(one_process_group):
+    reason = hscl_zoo.training.gradient_cache._lockstep_reason
+    DDP = nn.parallel.DistributedDataParallel
+    torch.manual_seed(1)
+    assert reason(DDP(SmallNet("batch").double())) == "DDP broadcasting buffers"
+    assert reason(torch.compile(DDP(SmallNet("batch").double()))) == "DDP broadcasting buffers"
+    assert reason(DDP(SmallNet("batch").double(), broadcast_buffers=False)) is None
+    assert reason(DDP(SmallNet("group").double())) is None  # no buffers to broadcast
+    assert reason(SmallNet("batch").double()) is None  # BatchNorm without DDP: nothing communicates
+    synced = prepare_batchnorm(SmallNet("batch").double(), "sync")
+    assert reason(synced) == "SyncBatchNorm"
+    assert reason(synced.eval()) is None  # running statistics: no collective
+    # One process always agrees with itself: nothing is gathered.
+    lockstep = hscl_zoo.training.gradient_cache._check_lockstep
+    assert lockstep(DDP(SmallNet("batch").double()), 3, torch.device("cpu")) is None
+    # Through the public function: BatchNorm under DDP, the step of the per-chunk BatchNorm model.
+    views, loss_fn = make_views(), build_loss("hscl-beta")
+    ref, _ = run_both(lambda: SmallNet("batch").double(), chunked_reference, views, LABELS, 2)
+    torch.manual_seed(1)
+    ddp = DDP(SmallNet("batch").double())
+    torch.manual_seed(0)
+    gradient_cache_backward(ddp, loss_fn, views, LABELS, chunk_size=2)
+    assert_grads_close(grads(ddp.module), grads(ref.model), rtol=1e-10, atol=1e-12)
+
+
+def test_unequal_chunk_counts_are_refused_with_the_fix():
+    refuse = hscl_zoo.training.gradient_cache._refuse_unequal_chunks
+    refuse([3, 3], "SyncBatchNorm")
+    refuse([2], "SyncBatchNorm")
+    with pytest.raises(ValueError) as error:
+        refuse([2, 3, 3], "DDP broadcasting buffers")
+    assert str(error.value) == (
+        "with DDP broadcasting buffers every process must encode the same number of chunks, got [2, 3, 3] per rank: "
+        "give every process the same number of images (drop_last=True) or a chunk_size that yields as many "
+        "chunks on each (or DDP(broadcast_buffers=False) where that is meant).")
+
+
 # ------------------------------------------------------------------------------------------ two processes
 
 SIZES = (3, 5)  # images per process; in chunks of 2 images: 2 and 3 chunks

@@ -39,11 +39,10 @@ from contextlib import nullcontext
 from typing import Literal
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hscl_zoo.losses.distributed import is_distributed
+from hscl_zoo.losses.distributed import _gather_sizes, is_distributed
 
 BatchNormMode = Literal["per-chunk", "sync"]
 BATCHNORM_MODES: tuple[str, ...] = ("per-chunk", "sync")
@@ -131,12 +130,11 @@ def gradient_cache_backward(
     bounds = [(start * V, min(start + chunk_size, B) * V) for start in range(0, B, chunk_size)]
     _check_lockstep(module, len(bounds), views.device)
 
-    cuda = views.is_cuda or (torch.cuda.is_available() and torch.cuda.is_initialized())
     saved_buffers = [(buffer, buffer.detach().clone()) for buffer in module.buffers()]
     states, outputs = [], []
     with torch.no_grad():
         for start, stop in bounds:
-            states.append(_rng_state(cuda))
+            states.append(_rng_state())
             outputs.append(_checked_embeddings(encode(images[start:stop]), stop - start))
         for buffer, value in saved_buffers:
             buffer.copy_(value)
@@ -148,7 +146,7 @@ def gradient_cache_backward(
     (backward or Tensor.backward)(loss)
     grad = embeddings.grad
     del embeddings
-    end_state = _rng_state(cuda)
+    end_state = _rng_state()
 
     ddp = _find_ddp(module)
     for index, ((start, stop), state) in enumerate(zip(bounds, states)):
@@ -167,8 +165,10 @@ def _checked_embeddings(out: Tensor, n: int) -> Tensor:
     return out.detach()
 
 
-def _rng_state(cuda: bool) -> _RngState:
-    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
+def _rng_state() -> _RngState:
+    """The CPU generator's state, and every CUDA generator's once CUDA is in use (a CUDA tensor or
+    op initialises it; before that no CUDA op can draw)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
 
 
 def _set_rng_state(state: _RngState) -> None:
@@ -187,21 +187,32 @@ def _find_ddp(module: nn.Module) -> DistributedDataParallel | None:
     return None
 
 
-def _check_lockstep(module: nn.Module, n_chunks: int, device: torch.device) -> None:
+def _check_lockstep(module: nn.Module, n_chunks: int, device: torch.device) -> list[int] | None:
     """Under torch.distributed, a forward pass that communicates (SyncBatchNorm in training, DDP
-    broadcasting buffers) must run as often on every process: check the chunk counts agree."""
+    broadcasting buffers) must run as often on every process: gather every rank's chunk count and
+    refuse unequal ones. Returns the counts per rank, or None where no check is needed."""
     if not is_distributed():
-        return
+        return None
+    why = _lockstep_reason(module)
+    if why is None:
+        return None
+    per_rank = _gather_sizes(n_chunks, device)
+    _refuse_unequal_chunks(per_rank, why)
+    return per_rank
+
+
+def _lockstep_reason(module: nn.Module) -> str | None:
+    """What in ``module``'s forward pass communicates across processes, or None when nothing does."""
+    if any(isinstance(m, nn.SyncBatchNorm) and m.training for m in module.modules()):
+        return "SyncBatchNorm"
     ddp = _find_ddp(module)
-    broadcasts = ddp is not None and ddp.broadcast_buffers and any(True for _ in ddp.buffers())
-    syncs = any(isinstance(m, nn.SyncBatchNorm) and m.training for m in module.modules())
-    if not (broadcasts or syncs):
-        return
-    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(dist.get_world_size())]
-    dist.all_gather(counts, torch.tensor([n_chunks], dtype=torch.long, device=device))
-    per_rank = [int(c.item()) for c in counts]
+    if ddp is not None and ddp.broadcast_buffers and any(True for _ in ddp.buffers()):
+        return "DDP broadcasting buffers"
+    return None
+
+
+def _refuse_unequal_chunks(per_rank: list[int], why: str) -> None:
     if len(set(per_rank)) > 1:
-        why = "SyncBatchNorm" if syncs else "DDP broadcasting buffers"
         raise ValueError(
             f"with {why} every process must encode the same number of chunks, got {per_rank} per rank: "
             "give every process the same number of images (drop_last=True) or a chunk_size that "
