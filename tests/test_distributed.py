@@ -1,4 +1,8 @@
-"""Two real gloo processes against one process on the concatenated batch."""
+"""The losses under torch.distributed against one process on the concatenated batch.
+
+Ranks run as threads of this process on torch's threaded process group (tests/threaded_ranks.py):
+fast, and seen by mutation testing. One test spawns two real gloo processes, the real backend.
+"""
 
 import os
 import socket
@@ -9,7 +13,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hscl_zoo import LOSS_NAMES, build_loss
-from hscl_zoo.losses.distributed import gather_with_grad
+from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
+
+from threaded_ranks import run_ranks
 
 SIZES = (3, 5)  # unequal per-process batches exercise the padded gather
 
@@ -44,6 +50,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes importing the package
 @pytest.mark.parametrize("world", [2])
 def test_two_processes_equal_one_process_on_concatenated_batch(tmp_path, world):
     mp.spawn(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
@@ -60,79 +67,136 @@ def test_two_processes_equal_one_process_on_concatenated_batch(tmp_path, world):
         torch.testing.assert_close(grads, whole.grad, atol=1e-10, rtol=1e-8, msg=name)
 
 
+def _local_batch(f, labels, sizes, rank):
+    start = sum(sizes[:rank])
+    return f[start : start + sizes[rank]].clone().requires_grad_(), labels[start : start + sizes[rank]]
+
+
+def _assert_ranks_equal_one_process(per_rank, f, labels, name, world):
+    whole = f.clone().requires_grad_()
+    expected = build_loss(name)(whole, labels)
+    expected.backward()
+    mean_loss = sum(loss for loss, _ in per_rank) / world
+    assert mean_loss.item() == pytest.approx(expected.item(), abs=1e-10), name
+    # DDP averages gradients over processes: grad / world is the global batch's gradient.
+    torch.testing.assert_close(torch.cat([grad for _, grad in per_rank]) / world, whole.grad, atol=1e-10, rtol=1e-8, msg=name)
+
+
+@pytest.mark.parametrize("sizes", [(3, 5), (4, 2, 3)], ids=["two-ranks", "three-ranks"])
+def test_ranks_equal_one_process_on_concatenated_batch(sizes):
+    f, labels = full_batch()
+    f, labels = f[: sum(sizes)], labels[: sum(sizes)]
+
+    def rank_losses(rank):
+        out = {}
+        for name in LOSS_NAMES:
+            local, local_labels = _local_batch(f, labels, sizes, rank)
+            loss = build_loss(name)(local, local_labels)
+            loss.backward()
+            out[name] = (loss.detach(), local.grad)
+        return out
+
+    ranks = run_ranks(len(sizes), rank_losses)
+    for name in LOSS_NAMES:
+        _assert_ranks_equal_one_process([r[name] for r in ranks], f, labels, name, len(sizes))
+
+
 EQUAL = 4  # images per process for the known-sizes path
 
 
-def _sizes_worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    """Every loss twice on equal per-process batches, sizes gathered and sizes known, with
-    torch.distributed.all_gather wrapped to count its calls; then gather_with_grad with given
-    unequal sizes and with wrong ones."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    real_all_gather, calls = dist.all_gather, []
+def test_known_sizes_skip_their_all_gather_and_change_nothing(monkeypatch):
+    """Every loss on equal per-process batches, sizes gathered and sizes known (`equal_batches`), with
+    torch.distributed.all_gather wrapped to count each rank's calls."""
+    world, real_all_gather, calls = 2, dist.all_gather, {}
 
     def counting_all_gather(*args, **kwargs):
-        calls.append(1)
+        calls[dist.get_rank()] = calls.get(dist.get_rank(), 0) + 1
         return real_all_gather(*args, **kwargs)
 
-    dist.all_gather = counting_all_gather
-    try:
-        f, labels = full_batch(seed=1)
-        mine = slice(rank * EQUAL, (rank + 1) * EQUAL)
-        results = {}
+    monkeypatch.setattr(dist, "all_gather", counting_all_gather)
+    f, labels = full_batch(seed=1)
+
+    def rank_losses(rank):
+        out = {}
         for name in LOSS_NAMES:
             for equal in (False, True):
                 loss_fn = build_loss(name)
                 loss_fn.equal_batches = equal
-                local = f[mine].clone().requires_grad_()
-                calls.clear()
-                loss = loss_fn(local, labels[mine])
+                local, local_labels = _local_batch(f, labels, (EQUAL,) * world, rank)
+                calls[rank] = 0
+                loss = loss_fn(local, local_labels)
                 loss.backward()
-                results[name, equal] = (loss.detach(), local.grad, len(calls))
-        f, labels = full_batch()
-        start = sum(SIZES[:rank])
-        local = f[start : start + SIZES[rank]].clone().requires_grad_()
-        given = gather_with_grad(local, labels[start : start + SIZES[rank]], sizes=SIZES)
-        gathered = gather_with_grad(local, labels[start : start + SIZES[rank]])
-        given[0].pow(2).sum().backward()
-        results["unequal"] = (given[0].detach(), given[1][0], given[2], gathered[0].detach(), gathered[1][0],
-                              gathered[2], local.grad)
-        refused = []
-        for wrong in ([SIZES[rank]], [SIZES[rank] + 1] * world):
-            try:
-                gather_with_grad(local, sizes=wrong)
-            except ValueError as error:
-                refused.append(str(error))
-        results["refused"] = refused
-        torch.save(results, os.path.join(out_dir, f"sizes{rank}.pt"))
-    finally:
-        dist.all_gather = real_all_gather
-        dist.destroy_process_group()
+                out[name, equal] = (loss.detach(), local.grad, calls[rank])
+        return out
 
-
-def test_known_sizes_skip_their_all_gather_and_change_nothing(tmp_path):
-    world = 2
-    mp.spawn(_sizes_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
-    ranks = [torch.load(tmp_path / f"sizes{r}.pt") for r in range(world)]
-    for results in ranks:
-        for name in LOSS_NAMES:
-            (loss, grad, calls), (loss_eq, grad_eq, calls_eq) = results[name, False], results[name, True]
+    ranks = run_ranks(world, rank_losses)
+    for name in LOSS_NAMES:
+        for results in ranks:
+            (loss, grad, n_calls), (loss_eq, grad_eq, n_calls_eq) = results[name, False], results[name, True]
             assert torch.equal(loss, loss_eq) and torch.equal(grad, grad_eq), name
             # features, labels when the loss uses them, and the sizes only when they are not given
-            assert calls == calls_eq + 1 and calls_eq == (2 if build_loss(name).needs_labels else 1), name
-        given, given_labels, offset, gathered, gathered_labels, gathered_offset, grad = results["unequal"]
-        assert torch.equal(given, gathered) and torch.equal(given_labels, gathered_labels) and offset == gathered_offset
-        assert given.shape[0] == sum(SIZES)
-        assert len(results["refused"]) == 2 and all("sizes=" in message for message in results["refused"])
-    # the gathered tensor is the concatenated batch; each process gets the gradient of its rows,
-    # summed over the processes (here d/dx of sum over processes of |x|^2 = world * 2x)
-    f, labels = full_batch()
-    torch.testing.assert_close(ranks[0]["unequal"][0], f)
-    assert torch.equal(ranks[1]["unequal"][1], labels)
-    torch.testing.assert_close(torch.cat([r["unequal"][6] for r in ranks]), 2 * world * f)
-    # the equal-batch losses are still those of the 8-image global batch
-    f1, labels1 = full_batch(seed=1)
-    for name in LOSS_NAMES:
-        expected = build_loss(name)(f1[: world * EQUAL], labels1[: world * EQUAL])
-        mean_loss = sum(r[name, True][0] for r in ranks) / world
-        assert mean_loss.item() == pytest.approx(expected.item(), abs=1e-10), name
+            assert n_calls == n_calls_eq + 1 and n_calls_eq == (2 if build_loss(name).needs_labels else 1), name
+        # the equal-batch losses are still those of the 8-image global batch
+        _assert_ranks_equal_one_process([r[name, True][:2] for r in ranks], f[: world * EQUAL], labels[: world * EQUAL],
+                                        name, world)
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["sizes-gathered", "sizes-given"])
+def test_gather_with_grad_concatenates_in_rank_order_and_returns_each_rank_its_rows_gradient(known):
+    """Unequal batches, one of them empty and one not contiguous: the global tensor is the concatenation
+    in rank order, companions are gathered (None stays None), and each rank's gradient is that of its
+    rows, summed over the ranks."""
+    sizes = (3, 0, 5)
+    x = torch.randn(sum(sizes), 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    labels = torch.arange(sum(sizes)) * 10
+    weights = torch.randn(sum(sizes), 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+
+    def gather(rank):
+        start = sum(sizes[:rank])
+        # rank 2 holds its rows as the transpose of a (4, 5) tensor: a view that is not contiguous
+        local = (x[start : start + sizes[rank]].t().clone().t() if rank == 2 else x[start : start + sizes[rank]].clone())
+        local.requires_grad_()
+        gathered, (got_labels, nothing), offset = gather_with_grad(
+            local, labels[start : start + sizes[rank]], None, sizes=list(sizes) if known else None)
+        (gathered * weights * (rank + 1)).sum().backward()
+        return gathered.detach(), got_labels, nothing, offset, local.grad, world_size()
+
+    ranks = run_ranks(len(sizes), gather)
+    for rank, (gathered, got_labels, nothing, offset, grad, world) in enumerate(ranks):
+        assert torch.equal(gathered, x) and torch.equal(got_labels, labels) and nothing is None
+        assert offset == sum(sizes[:rank]) and world == len(sizes)
+        rows = slice(offset, offset + sizes[rank])
+        torch.testing.assert_close(grad, weights[rows] * sum(r + 1 for r in range(len(sizes))), rtol=1e-12, atol=0)
+
+
+def test_gather_without_gradient_and_outside_torch_distributed():
+    x = torch.arange(12.0).view(6, 2)
+    ranks = run_ranks(2, lambda rank: gather_with_grad(x[3 * rank : 3 * rank + 3])[0])
+    assert all(torch.equal(gathered, x) and not gathered.requires_grad for gathered in ranks)
+    labels = torch.arange(6)
+    assert gather_with_grad(x, labels, None) == (x, (labels, None), 0)  # one process: as is
+    assert world_size() == 1 and not is_distributed()
+
+
+def test_wrong_sizes_are_refused_before_any_collective():
+    """Each rank checks the sizes it is given against its own batch and the world: a wrong number of
+    entries, a wrong own entry, a negative entry."""
+    def refusals(rank):
+        mine = torch.zeros(3 + rank, 2)
+        messages = []
+        for wrong in ([3 + rank], [3, 4, 5], [4, 3] if rank == 0 else [3, 5], [3, -1] if rank == 0 else [-1, 4]):
+            with pytest.raises(ValueError) as error:
+                gather_with_grad(mine, sizes=wrong)
+            messages.append(str(error.value))
+        return messages
+
+    ranks = run_ranks(2, refusals)
+    assert ranks[0][0] == ("gather_with_grad: sizes=[3] must give the batch size of each of the 2 processes in rank "
+                           "order; this process (rank 0) has 3. Pass sizes=None to gather them.")
+    assert ranks[1][2] == ("gather_with_grad: sizes=[3, 5] must give the batch size of each of the 2 processes in rank "
+                           "order; this process (rank 1) has 4. Pass sizes=None to gather them.")
+    assert all(len(messages) == 4 for messages in ranks)
+    assert "sizes=[3, -1]" in ranks[0][3] and "sizes=[-1, 4]" in ranks[1][3]
+    # sizes given as tensors are read as integers
+    given = run_ranks(2, lambda rank: gather_with_grad(torch.ones(2 + rank, 1), sizes=torch.tensor([2, 3]))[2])
+    assert given == [0, 2]

@@ -25,6 +25,8 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 import hscl_zoo
 from hscl_zoo import build_loss, gradient_cache_backward, prepare_batchnorm
 
+from threaded_ranks import run_ranks
+
 B, V, SIZE = 6, 2, 8
 LABELS = torch.tensor([0, 1, 0, 2, 1, 0])
 
@@ -324,6 +326,24 @@ def test_chunk_counts_are_checked_where_the_forward_pass_communicates(one_proces
     torch.manual_seed(0)
     gradient_cache_backward(ddp, loss_fn, views, LABELS, chunk_size=2)
     assert_grads_close(grads(ddp.module), grads(ref.model), rtol=1e-10, atol=1e-12)
+
+
+def test_ranks_with_unequal_chunk_counts_are_refused_before_encoding():
+    """Two ranks (threads on torch's threaded process group) with SyncBatchNorm: 3 and 2 chunks of 2 images
+    are refused on both, before any forward pass; equal counts are gathered and pass."""
+    lockstep = hscl_zoo.training.gradient_cache._check_lockstep
+
+    def rank(rank):
+        model = prepare_batchnorm(SmallNet("batch").double(), "sync")
+        calls = [0]
+        model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        with pytest.raises(ValueError) as error:
+            gradient_cache_backward(model, build_loss("scl"), make_views(batch=6 - 2 * rank), LABELS[: 6 - 2 * rank], chunk_size=2)
+        return str(error.value), calls[0], lockstep(model, 3, torch.device("cpu")), lockstep(model.eval(), 3, torch.device("cpu"))
+
+    for message, forwards, counts, eval_counts in run_ranks(2, rank):
+        assert message.startswith("with SyncBatchNorm every process must encode the same number of chunks, got [3, 2] per rank")
+        assert forwards == 0 and counts == [3, 3] and eval_counts is None
 
 
 def test_unequal_chunk_counts_are_refused_with_the_fix():
