@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from hscl_zoo import build_loss
-from hscl_zoo.losses.queue import MemoryQueue
+from hscl_zoo.losses.queue import MemoryQueue, queue_masks
 from hscl_zoo.losses.reference import reference_loss
 from test_distributed import SIZES, _free_port, full_batch
 from test_losses import CASES, LABELS, features
@@ -230,3 +230,225 @@ def test_unlabelled_rows_and_anchors_follow_the_batch_rule(method, unlabelled_ne
                          queue_positives=True, unlabelled_negatives=unlabelled_negatives)
     assert loss(f, labels).item() == pytest.approx(ref.item(), abs=1e-9)
     assert loss.last_path == "general"
+
+
+META = torch.device("meta")
+
+
+class _Devices(torch.overrides.TorchFunctionMode):
+    """Record the device of every tensor that a torch call returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.seen.add(t.device.type)
+        return out
+
+
+def _message(call):
+    with pytest.raises(ValueError) as info:
+        call()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("size", [0, -2, True, 2.0, "4"])
+def test_a_size_that_is_not_a_positive_integer_is_refused_with_the_fix(size):
+    assert _message(lambda: MemoryQueue(size)) == (
+        f"queue_size must be a positive integer number of rows, got {size!r}; "
+        "leave it unset (0 in the recipe) for no queue.")
+
+
+@pytest.mark.parametrize("start_epoch", [0, True, 1.5])
+def test_a_start_epoch_that_is_not_an_integer_from_one_is_refused(start_epoch):
+    assert _message(lambda: MemoryQueue(4, start_epoch=start_epoch)) == (
+        f"queue_start_epoch must be an integer >= 1 (the first epoch), got {start_epoch!r}.")
+
+
+def test_a_queue_of_one_row_keeps_the_newest():
+    queue = MemoryQueue(1)
+    pushed(queue, 0, 3)
+    pushed(queue, 3, 1)
+    rows, labels = queue.rows()
+    assert labels.tolist() == [3] and rows.tolist() == [[3.0, 3.0, 3.0]]
+
+
+def test_the_queue_is_read_from_the_first_epoch_by_default():
+    queue = MemoryQueue(4)
+    assert queue.start_epoch == 1
+    queue.set_epoch(1)
+    assert queue.active and repr(queue) == "MemoryQueue(size=4, start_epoch=1, rows=0, active=True)"
+
+
+def test_the_ring_buffer_is_written_from_its_first_row():
+    """The saved state is the buffer itself: a fresh queue is at position 0, and the first push fills
+    rows 0.. of the buffer, zeros after them."""
+    queue = MemoryQueue(4)
+    assert queue.state_dict()["position"].tolist() == [0, 0, 4]
+    pushed(queue, 7, 2)
+    state = queue.state_dict()
+    assert state["position"].tolist() == [2, 2, 4] and state["position"].dtype == torch.int64
+    assert state["embeddings"][:, 0].tolist() == [7.0, 8.0, 0.0, 0.0] and state["labels"].tolist() == [7, 8, 0, 0]
+
+
+def test_an_unfilled_queue_saves_empty_tensors_and_loads_back_unfilled():
+    state = MemoryQueue(3).state_dict()
+    assert state["embeddings"].numel() == 0 and state["labels"].numel() == 0 and state["labels"].dtype == torch.int64
+    assert not bool(state["labelled"])
+    queue = MemoryQueue(3)
+    pushed(queue, 0, 2)
+    queue.load_state_dict(state)
+    assert queue.embeddings is None and queue.labels is None and len(queue) == 0
+    assert queue.rows()[0].shape == (0, 0) and queue.rows()[1] is None
+    queue.push(torch.ones(2, 5), None)
+    assert queue.rows()[0].shape == (2, 5)
+
+
+def test_a_queue_that_met_only_an_empty_push_keeps_its_width_through_a_round_trip():
+    first = MemoryQueue(4)
+    first.push(torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, dtype=torch.int64))
+    queue = MemoryQueue(4)
+    queue.load_state_dict(first.state_dict())
+    rows, labels = queue.rows()
+    assert rows.shape == (0, 3) and rows.dtype == torch.float64 and labels.shape == (0,)
+    with pytest.raises(ValueError, match="one queue serves one projection width"):
+        queue.push(torch.zeros(1, 5, dtype=torch.float64), torch.zeros(1, dtype=torch.int64))
+
+
+def test_an_unlabelled_queue_loads_back_unlabelled():
+    first = MemoryQueue(4)
+    first.push(torch.arange(6.0).reshape(3, 2), None)
+    queue = MemoryQueue(4)
+    queue.load_state_dict(first.state_dict())
+    rows, labels = queue.rows()
+    assert labels is None and queue.labels is None and rows.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    queue.push(torch.ones(1, 2), None)
+    assert len(queue) == 4
+
+
+def test_load_state_dict_puts_the_rows_on_the_given_device():
+    first = MemoryQueue(4)
+    pushed(first, 0, 3)
+    queue = MemoryQueue(4)
+    queue.load_state_dict(first.state_dict(), device=META)
+    assert queue.embeddings.device == META and queue.labels.device == META
+    queue.load_state_dict(first.state_dict())
+    assert queue.embeddings.device.type == "cpu" and queue.labels.tolist() == [0, 1, 2, 0]
+
+
+def test_labels_are_kept_as_int64_whatever_their_dtype():
+    queue = MemoryQueue(3)
+    queue.push(torch.zeros(2, 2), torch.tensor([4, 5], dtype=torch.int32))
+    queue.push(torch.ones(2, 2), torch.tensor([6, 7], dtype=torch.int16))
+    labels = queue.rows()[1]
+    assert labels.dtype == torch.int64 and labels.tolist() == [5, 6, 7]
+
+
+def test_later_pushes_are_cast_to_the_first_push_dtype():
+    queue = MemoryQueue(3)
+    queue.push(torch.zeros(1, 2, dtype=torch.float32), None)
+    queue.push(torch.full((2, 2), 0.1, dtype=torch.float64), None)
+    rows = queue.rows()[0]
+    assert rows.dtype == torch.float32 and torch.equal(rows[1:], torch.full((2, 2), 0.1, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("embeddings, labels, shapes", [
+    (torch.zeros(3), None, "(3,) and None"),
+    (torch.zeros(2, 3), torch.tensor([0]), "(2, 3) and (1,)"),
+    (torch.zeros(2, 3, 1), torch.tensor([0, 1]), "(2, 3, 1) and (2,)"),
+])
+def test_a_push_of_the_wrong_shape_is_refused_naming_both_shapes(embeddings, labels, shapes):
+    assert _message(lambda: MemoryQueue(4).push(embeddings, labels)) == (
+        f"queue rows must be (n, d) embeddings with (n,) labels, got {shapes}.")
+
+
+def test_inconsistent_pushes_are_refused_with_the_fix():
+    labelled, unlabelled = MemoryQueue(4), MemoryQueue(4)
+    labelled.push(torch.randn(2, 3), torch.tensor([0, 1]))
+    unlabelled.push(torch.randn(2, 3), None)
+    assert _message(lambda: labelled.push(torch.randn(2, 5), torch.tensor([0, 1]))) == (
+        "queue rows have 3 dimensions, these have 5: one queue serves one projection width.")
+    mixing = ("a labelled queue needs labels with every push, and an unlabelled one takes none: "
+              "use one queue per method.")
+    assert _message(lambda: labelled.push(torch.randn(2, 3), None)) == mixing
+    assert _message(lambda: unlabelled.push(torch.randn(2, 3), torch.tensor([0, 1]))) == mixing
+
+
+def test_a_queue_on_a_device_does_its_work_there():
+    """Pushing and reading a queue whose rows live on a device make no CPU tensors (no host round trip)."""
+    queue = MemoryQueue(4)
+    embeddings, labels = torch.zeros(3, 2, device=META), torch.zeros(3, dtype=torch.int64, device=META)
+    with _Devices() as mode:
+        queue.push(embeddings, labels)
+        queue.push(embeddings[:2], labels[:2])
+        rows, row_labels = queue.rows()
+    assert mode.seen == {"meta"}
+    assert rows.shape == (4, 2) and rows.device == META and row_labels.device == META
+
+
+def _masks_by_rule(anchor_labels, row_labels, label_negatives, label_positives, unlabelled_negatives):
+    """docs/losses.md's rule, pair by pair."""
+    negative = torch.zeros(len(anchor_labels), len(row_labels), dtype=torch.bool)
+    positive = torch.zeros_like(negative)
+    for i, a in enumerate(anchor_labels.tolist()):
+        for j, r in enumerate(row_labels.tolist()):
+            if a == -1:
+                negative[i, j] = True
+                continue
+            if r == -1:
+                negative[i, j] = unlabelled_negatives
+                continue
+            negative[i, j] = a != r if label_negatives else True
+            positive[i, j] = label_positives and a == r
+    return negative, positive
+
+
+@pytest.mark.parametrize("unlabelled_negatives", [True, False])
+@pytest.mark.parametrize("label_positives", [True, False])
+@pytest.mark.parametrize("label_negatives", [True, False])
+def test_queue_masks_follow_the_batch_rule_pair_by_pair(label_negatives, label_positives, unlabelled_negatives):
+    anchors = torch.tensor([0, 1, -1, 2, 0])
+    rows = torch.tensor([0, -1, 2, 3, 1, 0])
+    negative, positive = queue_masks(anchors, rows, n_anchors=5, n_rows=6, label_negatives=label_negatives,
+                                     label_positives=label_positives, device=torch.device("cpu"),
+                                     unlabelled_negatives=unlabelled_negatives)
+    expected = _masks_by_rule(anchors, rows, label_negatives, label_positives, unlabelled_negatives)
+    assert torch.equal(negative, expected[0]) and torch.equal(positive, expected[1])
+
+
+def test_unlabelled_rows_are_negatives_by_default():
+    negative, positive = queue_masks(torch.tensor([0, 1]), torch.tensor([-1, 1]), n_anchors=2, n_rows=2,
+                                     label_negatives=True, label_positives=True, device=torch.device("cpu"))
+    assert negative.tolist() == [[True, True], [True, False]] and positive.tolist() == [[False, False], [False, True]]
+
+
+def test_queue_masks_without_labels_make_every_row_a_negative_on_the_given_device():
+    for anchors, rows in [(None, None), (torch.tensor([0, 1]), None), (None, torch.tensor([0, 1, 2]))]:
+        negative, positive = queue_masks(anchors, rows, n_anchors=2, n_rows=3, label_negatives=False,
+                                         label_positives=False, device=META)
+        assert negative.shape == positive.shape == (2, 3) and negative.device == positive.device == META
+        assert negative.dtype == positive.dtype == torch.bool
+    negative, positive = queue_masks(None, None, n_anchors=2, n_rows=3, label_negatives=False, label_positives=False,
+                                     device=torch.device("cpu"))
+    assert negative.all() and not positive.any()
+
+
+def test_queue_masks_move_the_row_labels_to_the_anchors_device():
+    anchors = torch.tensor([0, 1], device=META)
+    negative, positive = queue_masks(anchors, torch.tensor([0, -1, 1]), n_anchors=2, n_rows=3, label_negatives=True,
+                                     label_positives=True, device=META)
+    assert negative.device == positive.device == META and negative.shape == (2, 3)
+
+
+@pytest.mark.parametrize("anchors, rows", [
+    (None, None), (torch.tensor([0, 1]), None), (None, torch.tensor([0, 1, 2]))])
+@pytest.mark.parametrize("label_negatives, label_positives", [(True, False), (False, True), (True, True)])
+def test_queue_masks_that_compare_labels_need_both_labels(anchors, rows, label_negatives, label_positives):
+    assert _message(lambda: queue_masks(anchors, rows, n_anchors=2, n_rows=3, label_negatives=label_negatives,
+                                        label_positives=label_positives, device=torch.device("cpu"))) == (
+        "this loss compares labels with the queue's rows but the queue holds none: "
+        "fill it through a loss that gathers labels (pass labels).")
