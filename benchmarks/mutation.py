@@ -46,16 +46,19 @@ RESULTS = ROOT / "benchmarks" / "results" / "mutation.json"
 EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.yaml"
 WORK = ROOT / "build" / "mutation"
 
-# Each target (a module or a package folder) and the test files that exercise it.
+# Each target (a module; every file of hscl_zoo/losses/ is one) and the test files that exercise it.
 LOSS_TESTS = (
     "tests/test_losses.py", "tests/test_unlabelled_loss.py", "tests/test_proposition_2_masses.py",
     "tests/test_negative_cosines.py", "tests/test_dropin_losses.py", "tests/test_precision.py",
     "tests/test_partial_labels.py", "tests/test_diagnostics.py", "tests/test_diagnostics_meter.py",
     "tests/test_method_table.py", "tests/test_queue.py", "tests/test_distributed.py", "tests/test_extending.py",
+    "tests/test_diagnostics_contract.py", "tests/test_reference_loss.py",
 )
+LOSS_FILES = tuple(sorted(f.relative_to(ROOT).as_posix() for f in (ROOT / "hscl_zoo" / "losses").glob("*.py")
+                          if "def " in f.read_text()))  # files without a function have no mutant
 REPRODUCTION_TESTS = ("tests/test_reproduce.py", "tests/test_reproduction_rules.py")
 TARGETS: dict[str, tuple[str, ...]] = {
-    "hscl_zoo/losses": LOSS_TESTS,
+    **{loss_file: LOSS_TESTS for loss_file in LOSS_FILES},  # one target per file: one can be re-measured alone
     "hscl_zoo/training/gradient_cache.py": ("tests/test_gradient_cache.py", "tests/test_gradient_cache_recipe.py"),
     "hscl_zoo/training/steps.py": ("tests/test_gradient_cache_recipe.py", "tests/test_large_batch_recipe.py"),
     "hscl_zoo/reproduction/statistics.py": REPRODUCTION_TESTS,

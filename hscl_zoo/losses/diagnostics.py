@@ -172,10 +172,10 @@ def negative_cosines(features: Tensor, labels: Tensor) -> Tensor:
 
 def histogram_quantile(counts: Tensor, q: float) -> float:
     """The q-quantile of values binned by `counts` into equal bins over [-1, 1], linear within a bin."""
-    total = float(counts.sum())
+    cumulative = torch.cumsum(counts.double(), 0)
+    total = float(cumulative[-1])  # in float64 like the cumulative counts it is compared with
     if total == 0:
         return math.nan
-    cumulative = torch.cumsum(counts.double(), 0)
     target = q * total
     index = int(torch.searchsorted(cumulative, torch.tensor(target, dtype=torch.float64)).clamp_max(len(counts) - 1))
     below = float(cumulative[index - 1]) if index > 0 else 0.0

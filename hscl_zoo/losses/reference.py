@@ -95,7 +95,7 @@ def threshold(level: float, temperature: float) -> Callable[[torch.Tensor], torc
 def random_batch(B: int, V: int, d: int, classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 Gaussian features (B, V, d) and labels cycling through `classes`."""
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(B, V, d, generator=gen), torch.arange(B) % classes
+    return torch.randn(B, V, d, generator=gen, dtype=torch.float32), torch.arange(B) % classes
 
 
 def trained_batch(B: int, V: int, d: int, classes: int, seed: int, spread: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
