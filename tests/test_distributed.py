@@ -200,3 +200,8 @@ def test_wrong_sizes_are_refused_before_any_collective():
     # sizes given as tensors are read as integers
     given = run_ranks(2, lambda rank: gather_with_grad(torch.ones(2 + rank, 1), sizes=torch.tensor([2, 3]))[2])
     assert given == [0, 2]
+
+
+def test_one_rank_is_not_distributed():
+    """A process group of one process gathers nothing: the losses take their one-process path."""
+    assert run_ranks(1, lambda rank: (is_distributed(), world_size())) == [(False, 1)]
