@@ -243,7 +243,7 @@ def _threshold_weights(e: Tensor, neg: Tensor, V: int, level: float) -> tuple[Te
     empty = sum_w == 0
     weights.add_(empty.to(e.dtype) * neg)
     sum_w = torch.where(empty, neg.sum(dim=3, keepdim=True) * V, sum_w)
-    return torch.where(empty, 0.0, level).to(e.dtype), weights, sum_w
+    return torch.full_like(empty, level, dtype=e.dtype).masked_fill_(empty, 0.0), weights, sum_w  # level exact in e's dtype
 
 
 def fused_psi_sum(
