@@ -161,6 +161,23 @@ def test_parquet_folder_with_custom_columns(parquet_folder, capsys):
     assert hub_copy.class_names == data.class_names and hub_copy.test["label"] == data.test["label"]
 
 
+def test_parquet_table_whose_columns_are_already_image_and_label(tmp_path):
+    """Many Hub datasets name their columns `image` and `label`, the names the library gives them."""
+    images = write_images(tmp_path / "raw", 6, seed=2)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])})
+    table = datasets.Dataset.from_dict({"image": [str(p) for p in images], "label": [0, 1, 1, 0, 1, 0]}, features=features)
+    (tmp_path / "t").mkdir()
+    table.to_parquet(str(tmp_path / "t" / "train-00000-of-00001.parquet"))
+    data = load_splits(f"parquet:{tmp_path / 't'}", test_fraction=0.5)
+    assert data.class_names == ["a", "b"] and len(data.train) + len(data.test) == 6
+    assert sorted(list(data.train["label"]) + list(data.test["label"])) == [0, 0, 0, 1, 1, 1]
+    images_only = datasets.Dataset.from_dict({"image": [str(p) for p in images]}, features=datasets.Features({"image": datasets.Image()}))
+    (tmp_path / "u").mkdir()
+    images_only.to_parquet(str(tmp_path / "u" / "train-00000-of-00001.parquet"))
+    unlabelled = load_splits(f"parquet:{tmp_path / 'u'}")
+    assert unlabelled.unlabelled == len(unlabelled.train) == 6
+
+
 def test_parquet_integer_labels_and_their_range(tmp_path):
     images = write_images(tmp_path / "raw", 6, seed=1)
     write_parquet(tmp_path / "ok", "train", images, [0, 1, 2, 0, 1, 2], datasets.Value("int64"))

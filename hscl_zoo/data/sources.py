@@ -293,8 +293,10 @@ def _image_label(source: str, table: datasets.Dataset, image_column: str, label_
     """The (image, label) columns of a split with integer labels (-1: unlabelled) and the class
     names; ``names`` (the training split's) maps a test split's string labels."""
     image = table.select_columns([image_column]).cast_column(image_column, datasets.Image(decode=False))
+    if image_column != "image":  # datasets refuses a rename to the name a column already has
+        image = image.rename_column(image_column, "image")
     if label_column is None:
-        return image.rename_column(image_column, "image").add_column("label", [UNLABELLED] * len(table)), []
+        return image.add_column("label", [UNLABELLED] * len(table)), []
     feature = table.features[label_column]
     values = table.select_columns([label_column])[label_column]
     if isinstance(feature, datasets.ClassLabel):
@@ -323,7 +325,7 @@ def _image_label(source: str, table: datasets.Dataset, image_column: str, label_
     if bad.size:
         raise ValueError(f"{source}: label column {label_column!r} holds {bad.size} value(s) out of range, e.g. "
                          f"{int(bad[0])}; labels must lie in 0..{len(names) - 1} (or -1 for unlabelled).")
-    out = image.rename_column(image_column, "image").add_column("label", labels.tolist())
+    out = image.add_column("label", labels.tolist())
     return out.cast_column("label", datasets.Value("int64")), names
 
 
