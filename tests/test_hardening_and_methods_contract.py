@@ -16,6 +16,7 @@ from hscl_zoo import METHODS, ContrastiveLoss, MethodSpec, build_loss
 from hscl_zoo.losses import ExponentialTilt, Hyperparameter, LinearThresholdSchedule, Threshold
 from hscl_zoo.losses.hardening import log_hardening_weight
 from hscl_zoo.losses.methods import get_method
+from hscl_zoo.losses.unlabelled import check_marker
 
 INF = math.inf
 PAPER_LOSSES = "ucl, hucl, scl, hscl-beta, hscl-tau"
@@ -364,3 +365,20 @@ def test_the_threshold_sees_the_losses_temperature_and_the_debiasing_its_prior()
     assert build_loss("hscl-tau", temperature=0.2, threshold=0.3).hardening.temperature == 0.2
     assert build_loss("hucl", temperature=0.2, threshold=0.3).hardening.temperature == 0.2
     assert build_loss("hucl", tau_plus=0.25).tau_plus == 0.25
+
+
+@pytest.mark.parametrize("beta", [math.inf, -math.inf, math.nan, -0.5])
+def test_exponential_tilt_refuses_a_beta_that_is_not_finite_and_non_negative(beta):
+    with pytest.raises(ValueError) as error:
+        ExponentialTilt(beta)
+    assert str(error.value) == f"beta must be a finite number >= 0, got {beta!r}; the paper's grid is 0.1, 0.5, 1, 2, 5."
+
+
+@pytest.mark.parametrize("marker", [-1.5, True, 0, 3, "-1"])
+def test_unlabelled_marker_must_be_a_negative_integer(marker):
+    with pytest.raises(ValueError) as error:
+        check_marker(marker)
+    assert str(error.value) == (
+        f"unlabelled={marker!r} must be a negative integer (the label that marks an image without a class; "
+        "the default is -1), since class ids are >= 0.")
+    assert check_marker(-7) == -7
