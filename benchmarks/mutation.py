@@ -64,7 +64,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "hscl_zoo/training/steps.py": ("tests/test_gradient_cache_recipe.py", "tests/test_large_batch_recipe.py"),
     "hscl_zoo/reproduction/statistics.py": REPRODUCTION_TESTS,
     "hscl_zoo/reproduction/summary.py": REPRODUCTION_TESTS,
-    "hscl_zoo/evaluation.py": ("tests/test_evaluation.py", "tests/test_transfer.py"),
+    "hscl_zoo/evaluation.py": ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
+                               "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py"),
     "hscl_zoo/zoo/hub.py": (
         "tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py"),
 }

@@ -32,7 +32,7 @@ from hscl_zoo.data.datasets import load_splits, require_internal_columns
 from hscl_zoo.data.labelling import partly_labelled
 from hscl_zoo.data.sources import source_options as pick_source_options
 from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, check_metrics
-from hscl_zoo.data.transforms import eval_transform
+from hscl_zoo.data.transforms import DEFAULT_INTERPOLATION, eval_transform
 from hscl_zoo.retrieval import retrieval_metrics
 
 CONSTANT_FEATURE = 1e-5
@@ -158,7 +158,9 @@ def knn_top1(
         queries = F.normalize(test_feats[start : start + chunk_size].to(device).float(), dim=1)
         sims, idx = (queries @ bank.T).topk(k, dim=1)
         scores = torch.zeros(len(queries), num_classes, dtype=sims.dtype, device=device)
-        scores.scatter_add_(1, bank_labels[idx], (sims / temperature).exp())
+        # Each row's weights relative to its nearest neighbour's: the same vote, and no overflow of
+        # exp(s / T) at a small temperature (float32 overflows past s / T = 88.7).
+        scores.scatter_add_(1, bank_labels[idx], ((sims - sims[:, :1]) / temperature).exp())
         predictions = scores.argmax(dim=1)
         correct += (predictions == test_labels[start : start + chunk_size].to(device).long()).sum()
     return 100.0 * int(correct) / len(test_feats)
@@ -395,7 +397,7 @@ def preprocessing(pretrained_cfg: Mapping[str, Any]) -> dict[str, Any]:
     _, height, width = (int(v) for v in pretrained_cfg["input_size"])
     crop_pct = float(pretrained_cfg.get("crop_pct") or 1.0)
     mode = pretrained_cfg.get("crop_mode") or "center"
-    interpolation = pretrained_cfg.get("interpolation") or "bicubic"
+    interpolation = pretrained_cfg.get("interpolation") or DEFAULT_INTERPOLATION
     if mode == "squash":
         resize = f"{math.floor(height / crop_pct)}x{math.floor(width / crop_pct)} ignoring aspect ratio"
     else:

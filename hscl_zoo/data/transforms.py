@@ -26,6 +26,8 @@ INTERPOLATIONS: dict[str, InterpolationMode] = {
     "bilinear": InterpolationMode.BILINEAR,
     "bicubic": InterpolationMode.BICUBIC,
 }
+DEFAULT_INTERPOLATION = "bilinear"
+"""The interpolation of a config that names none."""
 CROP_MODES: tuple[str, ...] = ("center", "squash")
 """How the evaluation transform fits an image to the input size (see `eval_transform`)."""
 
@@ -153,7 +155,7 @@ def eval_transform(pretrained_cfg: Mapping[str, Any] | Any) -> ImageTransform:
     Keys (a mapping, or a dataclass such as timm's ``PretrainedCfg``):
         mean, std: per-channel normalisation (required).
         input_size: ``(3, H, W)`` (required).
-        interpolation: ``"bilinear"`` (default), ``"bicubic"`` or ``"nearest"``.
+        interpolation: ``"bilinear"`` (the default, `DEFAULT_INTERPOLATION`), ``"bicubic"`` or ``"nearest"``.
         crop_pct: fraction of the resized image kept by the centre crop; default 1.0.
         crop_mode: ``"center"`` (default): resize the shorter side to ``floor(H / crop_pct)``,
             then centre-crop ``(H, W)``; ``"squash"``: resize to ``floor((H, W) / crop_pct)``
@@ -173,7 +175,7 @@ def eval_transform(pretrained_cfg: Mapping[str, Any] | Any) -> ImageTransform:
     if len(input_size) != 3 or input_size[0] != 3 or min(input_size) < 1:
         raise ValueError(f"input_size must be (3, H, W), got {cfg['input_size']!r}")
     height, width = input_size[1:]
-    interpolation_name = cfg.get("interpolation") or "bilinear"
+    interpolation_name = cfg.get("interpolation") or DEFAULT_INTERPOLATION
     if interpolation_name not in INTERPOLATIONS:
         raise ValueError(
             f"interpolation {interpolation_name!r} is not supported; use one of "
