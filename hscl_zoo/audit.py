@@ -154,7 +154,8 @@ def audit(
         raise ValueError("the audit needs labels: this dataset is unlabelled.")
     test = data.test
     num_classes = len(data.class_names)
-    target = torch.device(device) if device is not None else next(model.parameters()).device
+    parameters_device = next((p.device for p in model.parameters()), torch.device("cpu"))  # none: a fixed map
+    target = torch.device(device) if device is not None else parameters_device
     cfg = model.pretrained_cfg
     if features is None:
         features = extract_features(model.encode, test, eval_transform(cfg), batch_size=batch_size, device=target,

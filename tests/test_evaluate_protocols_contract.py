@@ -170,6 +170,13 @@ def test_without_progress_nothing_is_drawn(half_labelled, capsys):
     assert "audit" in result and result["knn_k"] == 5
 
 
+def test_an_encoder_without_parameters_is_audited_on_the_cpu_by_default(half_labelled):
+    encoder = FixedEncoder(half_labelled.spec)
+    by_default = evaluate_encoder(encoder, half_labelled, metrics=("linear", "audit"), epochs=1, progress=False)
+    on_cpu = evaluate_encoder(encoder, half_labelled, metrics=("linear", "audit"), epochs=1, device="cpu", progress=False)
+    assert by_default["audit"] == on_cpu["audit"]
+
+
 def test_num_workers_decode_every_pass_in_worker_processes(half_labelled):
     """The feature passes and the audit's augmented views are decoded in worker processes."""
     encoder = FixedEncoder(half_labelled.spec)
