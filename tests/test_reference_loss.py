@@ -101,41 +101,25 @@ def test_relative_errors_divide_by_the_reference_magnitudes():
     assert features.grad is None
 
 
-# ---- random_batch ----
+# ---- random_batch and trained_batch ----
 
-def test_random_batch_is_seeded_float32_gaussian_with_cycling_labels():
+@pytest.mark.parametrize("make, shape, labels", [
+    (random_batch, (5, 2, 3, 2), [0, 1, 0, 1, 0]),
+    (trained_batch, (6, 2, 16, 3), [0, 1, 2, 0, 1, 2]),
+], ids=["random_batch", "trained_batch"])
+def test_batches_are_float32_and_depend_on_their_seed_alone(make, shape, labels):
     """Neither the global generator nor the default dtype changes the batch of a seed."""
-    features, labels = random_batch(5, 2, 3, 2, seed=4)
-    again, _ = in_fresh_global_rng_state(lambda: random_batch(5, 2, 3, 2, seed=4))
+    features, got_labels = make(*shape, seed=4)
+    again, _ = in_fresh_global_rng_state(lambda: make(*shape, seed=4))
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        under_float64_default, _ = random_batch(5, 2, 3, 2, seed=4)
+        under_float64_default, _ = make(*shape, seed=4)
     finally:
         torch.set_default_dtype(default)
-    other, _ = random_batch(5, 2, 3, 2, seed=5)
-    assert torch.equal(under_float64_default, features)
-    assert features.shape == (5, 2, 3) and features.dtype == torch.float32
-    assert labels.tolist() == [0, 1, 0, 1, 0]
-    assert torch.equal(features, again)
-    assert not torch.equal(features, other)
-
-
-# ---- trained_batch ----
-
-def test_trained_batch_depends_on_its_seed_alone():
-    """Neither the global generator nor the default dtype changes the batch of a seed."""
-    features, labels = trained_batch(6, 2, 16, 3, seed=2)
-    again, _ = in_fresh_global_rng_state(lambda: trained_batch(6, 2, 16, 3, seed=2))
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        under_float64_default, _ = trained_batch(6, 2, 16, 3, seed=2)
-    finally:
-        torch.set_default_dtype(default)
-    other, _ = trained_batch(6, 2, 16, 3, seed=3)
-    assert features.shape == (6, 2, 16) and features.dtype == torch.float32
-    assert labels.tolist() == [0, 1, 2, 0, 1, 2]
+    other, _ = make(*shape, seed=5)
+    assert features.shape == shape[:3] and features.dtype == torch.float32
+    assert got_labels.tolist() == labels
     assert torch.equal(features, again)
     assert torch.equal(features, under_float64_default)
     assert not torch.equal(features, other)
