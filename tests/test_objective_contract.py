@@ -402,3 +402,69 @@ APPLICABLE = {
 def test_fused_applicable_keeps_each_of_its_three_bounds(case):
     (hardening, temperature, M, dtype, n), expected = APPLICABLE[case]
     assert fused_applicable(hardening, 0.0, temperature, M, dtype, n) is expected
+
+
+# ---- the call contract: refusals name the loss, the problem and the fix ----
+
+def _refusal(make) -> str:
+    with pytest.raises(ValueError) as error:
+        make()
+    return str(error.value)
+
+
+def _scl(**options) -> ContrastiveLoss:
+    return ContrastiveLoss(negatives="other-labels", positives="labels", **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(negatives="x"), "negatives must be 'other-images' or 'other-labels', got 'x'."),
+    (dict(temperature=0), "temperature must be a finite number > 0, got 0; the paper uses 0.5."),
+    (dict(temperature=-0.5), "temperature must be a finite number > 0, got -0.5; the paper uses 0.5."),
+    (dict(temperature=math.inf), "temperature must be a finite number > 0, got inf; the paper uses 0.5."),
+    (dict(temperature="0.5"), "temperature must be a finite number > 0, got '0.5'; the paper uses 0.5."),
+    (dict(tau_plus=1.0), "tau_plus is a class prior and must lie in [0, 1), got 1.0."),
+    (dict(tau_plus=1.5), "tau_plus is a class prior and must lie in [0, 1), got 1.5."),
+    (dict(hardening=3), "hardening must be callable (eta(t) -> weights) or None, got 3."),
+    (dict(positives="views", queue_positives=True),
+     "contrastive: queue_positives=True needs a queue (queue_size > 0) and positives='labels' (got 'views'): a queue "
+     "row is never another view of the anchor's image, so only a same-label row can be a positive. Drop "
+     "queue_positives, or use label positives."),
+])
+def test_bad_loss_options_are_refused_with_the_fix(options, message):
+    assert _refusal(lambda: ContrastiveLoss(**{"negatives": "other-images", "positives": "views", **options})) == message
+
+
+def test_loss_defaults():
+    loss = ContrastiveLoss(negatives="other-images", positives="views")
+    assert (loss.name, loss.detach_weights, loss.temperature, loss.tau_plus, loss.M) == ("contrastive", False, 0.5, 0.0, None)
+
+
+def test_bad_features_and_labels_are_refused_with_the_fix():
+    loss = _scl(name="mine")
+    labels = torch.tensor([0, 1])
+    assert _refusal(lambda: loss(torch.randn(4, 3), labels)) == (
+        "mine: features must have shape (B, V, d), got (4, 3). Stack the views: torch.stack([view1, view2], dim=1).")
+    assert _refusal(lambda: loss(torch.randn(2, 2, 3, 1), labels)) == "mine: features must have shape (B, V, d), got (2, 2, 3, 1)."
+    assert _refusal(lambda: loss(torch.randn(0, 2, 3), labels[:0])) == (
+        "mine: features of shape (0, 2, 3) are empty; pass at least one image.")
+    assert _refusal(lambda: loss(torch.randn(2, 2, 0), labels)) == (
+        "mine: features of shape (2, 2, 0) are empty; pass at least one image.")
+    assert _refusal(lambda: loss(torch.randn(2, 2, 3), [0, 1])) == (
+        "mine: labels must be a torch.Tensor of shape (2,), int64, got list.")
+    assert _refusal(lambda: loss(torch.randn(2, 2, 3), torch.tensor([True, False]))) == (
+        "mine: labels must be integer class ids (int64), got torch.bool; use labels.long().")
+    assert _refusal(lambda: loss(torch.randn(2, 2, 3), torch.tensor([0, -3]))).startswith("mine: label -3 is negative")
+    nan = torch.randn(2, 2, 3)
+    nan[0, 0, 0] = math.nan
+    assert _refusal(lambda: loss(nan, labels)).startswith("mine: ")
+
+
+def test_one_dimensional_embeddings_are_a_loss_and_labels_a_view_loss_ignores():
+    """d = 1 is not empty: every unit vector is +1 or -1. UCL reads no labels, so it does not check them."""
+    f = torch.tensor([[[1.0], [2.0]], [[-1.0], [-3.0]], [[0.5], [-0.5]]], dtype=torch.float64)
+    labels = torch.tensor([0, 1, 0])
+    scl = _scl(name="scl")
+    ref = reference_loss(f, labels, method="scl", positives="labels", temperature=0.5)
+    torch.testing.assert_close(scl(f, labels), ref, rtol=1e-9, atol=1e-12)
+    ucl = ContrastiveLoss(negatives="other-images", positives="views")
+    torch.testing.assert_close(ucl(f, torch.tensor([0, -3, -7])), ucl(f, None), rtol=0, atol=0)
