@@ -165,7 +165,7 @@ def run_target(target: str) -> dict[str, dict[str, Any]]:
     """Mutation-test one target from scratch; per file, the raw measurement (killed count and every
     mutant not killed, with its status, line and diff)."""
     from mutmut.stats import status_by_exit_code
-    from provenance import git_commit, utc_now
+    from provenance import utc_now
 
     ws = workspace(target)
     commit, date = git_commit(), utc_now()
@@ -219,15 +219,18 @@ def render(report: dict[str, Any]) -> str:
            f"Written by `python benchmarks/mutation.py` ({report['tool']}); do not edit. Score = killed / "
            "(mutants - equivalent); equivalent mutants are declared, with a reason, in "
            "`benchmarks/mutation_equivalents.yaml`. Goal: a score of at least "
-           f"{GOAL:.0%} on every file.", "",
-           "| file | mutants | killed | survived | timeout | no tests | equivalent | score | goal met | commit | date | seconds (target) |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|"]
+           f"{GOAL:.0%} on every file. `code now` compares each file with its code at the commit measured, "
+           f"in the checkout that wrote this report ({report.get('checkout') or 'unknown'}): `same` means the score "
+           "holds for that checkout's code.", "",
+           "| file | mutants | killed | survived | timeout | no tests | equivalent | score | goal met | commit | code now | date | seconds (target) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
     for file, entry in report["files"].items():
         c, score = entry["verdict"]["counts"], entry["verdict"]["score"]
         m = entry["measured"]
         out.append(f"| {file} | {m['mutants']} | {c.get('killed', 0)} | {c.get('survived', 0)} | {c.get('timeout', 0)} "
                    f"| {c.get('no tests', 0)} | {c.get('equivalent', 0)} | {'-' if score is None else f'{100 * score:.1f} %'} "
-                   f"| {'yes' if score is None or score >= GOAL else 'no'} | {m['commit'][:12]}{'+dirty' if m['commit'].endswith('+dirty') else ''} | {m['date'][:10]} "
+                   f"| {'yes' if score is None or score >= GOAL else 'no'} | {m['commit'][:12]}{'+dirty' if m['commit'].endswith('+dirty') else ''} "
+                   f"| {CODE_NOW[entry.get('code_now')]} | {m['date'][:10]} "
                    f"| {m['target_seconds']:.0f} |")
     for file, entry in report["files"].items():
         for title, key in (("Surviving mutants", "survivors"), ("Equivalent mutants", "equivalents")):
@@ -240,6 +243,18 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+CODE_NOW = {True: "same", False: "changed", None: "unknown"}
+
+
+def unchanged_since(file: str, commit: str, root: Path = ROOT) -> bool | None:
+    """Whether `file` in the checkout at `root` (uncommitted edits included) is the file at `commit`;
+    None when that cannot be told (a measurement of uncommitted code, or a commit git does not know)."""
+    if commit.endswith("+dirty"):
+        return None
+    proc = subprocess.run(["git", "diff", "--quiet", commit, "--", file], cwd=root, capture_output=True)
+    return {0: True, 1: False}.get(proc.returncode)
+
+
 def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RESULTS,
                  equivalents: Path = EQUIVALENTS) -> dict[str, Any]:
     """Merge new measurements into the report at `path` (other files keep theirs), judge every file
@@ -247,8 +262,11 @@ def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RE
     old = json.loads(path.read_text())["files"] if path.is_file() else {}
     merged = {**{f: e["measured"] for f, e in old.items()}, **measured}
     declared = load_equivalents(equivalents)
-    report = {"tool": tool, "score": "killed / (mutants - equivalent)",
-              "files": {f: {"measured": m, "verdict": verdict(m, declared)} for f, m in sorted(merged.items())}}
+    from hscl_zoo.reproduction.runs import code_commit
+
+    report = {"tool": tool, "score": "killed / (mutants - equivalent)", "checkout": code_commit(ROOT, paths=()),
+              "files": {f: {"measured": m, "verdict": verdict(m, declared), "code_now": unchanged_since(f, m["commit"])}
+                        for f, m in sorted(merged.items())}}
     path.write_text(json.dumps(report, indent=1) + "\n")
     path.with_suffix(".md").write_text(render(report))
     return report

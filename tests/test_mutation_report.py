@@ -2,6 +2,7 @@
 measurement: no mutation tool runs here."""
 
 import difflib
+import subprocess
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_report_renders_the_scores_and_every_survivor():
     equivalents = [{"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x + 2"], "reason": "x is never read"}]
     report = {"tool": "mutmut 0", "files": {"pkg/m.py": {"measured": MEASURED, "verdict": mutation.verdict(MEASURED, equivalents)}}}
     text = mutation.render(report)
-    assert "| pkg/m.py | 10 | 7 | 1 | 1 | 0 | 1 | 77.8 % | no | 0123456789ab+dirty | 2026-01-02 | 12 |" in text
+    assert "| pkg/m.py | 10 | 7 | 1 | 1 | 0 | 1 | 77.8 % | no | 0123456789ab+dirty | unknown | 2026-01-02 | 12 |" in text
     assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_1 (survived)" in text
     assert "- `pkg/m.py:5` pkg.m.x_g__mutmut_1 (timeout)" in text
     assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_2 (x is never read)" in text
@@ -81,3 +82,24 @@ def test_report_keeps_other_files_and_rejudges_on_every_write(tmp_path):
     assert sorted(files) == ["pkg/m.py", "pkg/n.py"]
     assert files["pkg/m.py"]["verdict"]["score"] == pytest.approx(7 / 9) and files["pkg/n.py"]["verdict"]["score"] == 1.0
     assert "| pkg/n.py | 4 | 4 |" in (tmp_path / "mutation.md").read_text()
+
+
+def test_code_now_tells_whether_a_file_still_is_the_code_measured(tmp_path):
+    """A file is `same` only while the checkout's file (edits not yet committed included) is the
+    file at the measured commit."""
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "m.py").write_text("x = 1\n")
+    git("add", "m.py")
+    git("commit", "-qm", "measured")
+    measured = git("rev-parse", "HEAD")
+    assert mutation.unchanged_since("m.py", measured, tmp_path) is True
+    (tmp_path / "m.py").write_text("x = 2\n")
+    assert mutation.unchanged_since("m.py", measured, tmp_path) is False
+    git("commit", "-qam", "changed")
+    assert mutation.unchanged_since("m.py", measured, tmp_path) is False
+    assert mutation.unchanged_since("m.py", measured + "+dirty", tmp_path) is None
+    assert mutation.unchanged_since("m.py", "0" * 40, tmp_path) is None
