@@ -31,6 +31,7 @@ import os
 import platform
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ import torch
 from torch import nn
 
 import hscl_zoo
+from provenance import git_commit, utc_now  # benchmarks/, the script's own folder
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("direct", "cache")
@@ -126,6 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    command = " ".join(["python benchmarks/gradient_cache_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    commit = git_commit()
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows.append(row)
         print(f"| {mode} | {n} | {row['chunk_size'] or '-'} | {row['peak_mib']:,.0f} | {seconds:,.1f} | {cpu:,.1f} | "
               f"{row['memory_ratio']:.3f} | {row['cpu_time_ratio']:.2f}x |")
-    out = {"machine": machine, "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    out = {"command": command, "commit": commit, "finished": utc_now(), "machine": machine, "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
            "memory_measured_by": meter.how, "load_before": load, "load_after": os.getloadavg(),
            "args": vars(args), "rows": rows}
     print(f"\nload average after: {out['load_after']}")

@@ -9,7 +9,7 @@ positives) and `tight` (trained-looking, SCL style: tight classes, so psi is tin
 positives). The table gives, per kind and temperature, the worst value / gradient error of each
 case over both positives modes, marked (g) where the general path ran; the contract is 1e-4 / 1e-3.
 
-    python benchmarks/loss_precision.py --json benchmarks/results/loss_precision.json
+    python benchmarks/loss_precision.py --json benchmarks/results/loss_precision_after.json   # the committed measurement
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from hscl_zoo import build_loss
+from provenance import git_commit, machine, utc_now  # benchmarks/, the script's own folder
 from hscl_zoo.losses.reference import PRECISION_CASES, random_batch, reference_value_and_grad, relative_errors, trained_batch
 
 KINDS = {
@@ -51,12 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     args = p.parse_args(argv)
+    commit = git_commit()
     kinds = args.kinds.split(",")
     temperatures = [float(t) for t in args.temperatures.split(",")]
     rows = [measure(kind, T, name, positives, args)
             for kind in kinds for T in temperatures for name in PRECISION_CASES for positives in ("views", "labels")]
+    command = " ".join(["python benchmarks/loss_precision.py", *(argv if argv is not None else sys.argv[1:])])
     print("# loss_precision: float32 vs float64 loop reference, relative error value / gradient (worst of both positives modes)")
-    print(f"command: python {' '.join(['benchmarks/loss_precision.py', *(argv if argv is not None else sys.argv[1:])])}")
+    print(f"command: {command}")
     print(f"torch {torch.__version__}, B={args.batch}, V=2, d={args.dim}, 4 classes, seed {args.seed}")
     for kind in kinds:
         print(f"\n{kind} batches\n")
@@ -71,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {T} | " + " | ".join(cells) + " |")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(dict(torch=torch.__version__, batch=args.batch, dim=args.dim, seed=args.seed, rows=rows), indent=1))
+        args.json.write_text(json.dumps(dict(command=command, commit=commit, finished=utc_now(), machine=machine("cpu"),
+                                             torch=torch.__version__, batch=args.batch, dim=args.dim, seed=args.seed,
+                                             rows=rows), indent=1))
         print(f"\nwrote {args.json}")
     return 0
 

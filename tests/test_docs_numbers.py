@@ -298,3 +298,32 @@ def test_quoted_tables_are_rebuilt_from_the_raw_fields():
     for table in (gradient_cache_table(), queue_collapse_table(), *loss_bench_tables(), h100_throughput_table(),
                   h100_loss_table(), h100_parity_table()):
         assert table in docs, table.splitlines()[0]
+
+
+COMMIT = re.compile(r"[0-9a-f]{40}(\+dirty)?")
+
+
+def _files(pattern: str) -> list[Path]:
+    """The JSON files under results/ and benchmarks/results/ that a SOURCES pattern names."""
+    files = [*(ROOT / "results").rglob("*.json"), *(ROOT / "benchmarks" / "results").rglob("*.json")]
+    return sorted(f for f in files if re.match(pattern, f.relative_to(ROOT).as_posix()))
+
+
+def test_every_quoted_file_names_the_code_it_measured():
+    """Each result file the docs quote records the commit it was measured at (git's HEAD, '+dirty'
+    when the tree differed), so a number can be traced to code; the H100 files name theirs through
+    the sprint that wrote them (h100_sprint.json's source_commit, packed from a clean tree)."""
+    sprint = _json("benchmarks/results/h100_sprint.json")["source_commit"]
+    assert COMMIT.fullmatch(sprint)
+    missing = []
+    for pattern in SOURCES:
+        files = _files(pattern)
+        assert files, pattern
+        for file in files:
+            if file.name.startswith("h100_"):
+                continue
+            record = json.loads(file.read_text())
+            commit = record.get("commit") or record.get("git_commit")
+            if not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
+                missing.append(file.relative_to(ROOT).as_posix())
+    assert not missing, f"result files quoted without the commit they were measured at: {missing}"
