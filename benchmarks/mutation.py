@@ -188,26 +188,41 @@ def run_target(target: str) -> dict[str, dict[str, Any]]:
     return files
 
 
+KINDS = ("equivalent", "gpu-only")
+
+
 def load_equivalents(path: Path = EQUIVALENTS) -> list[dict[str, Any]]:
-    """The hand-written list of equivalent mutants: function (mutmut's mangled name), change (the
-    diff's removed and added lines, stripped) and a one-line reason."""
+    """The hand-written list of explained survivors: function (mutmut's mangled name), change (the
+    diff's removed and added lines, stripped), a one-line reason and, optionally, a kind:
+    "equivalent" (the default: no program behaviour changes; left out of the score) or "gpu-only"
+    (behaviour changes only on a CUDA device, which this machine lacks; still a survivor)."""
     entries = (yaml.safe_load(path.read_text()) or []) if path.is_file() else []
     for entry in entries:
-        if set(entry) != {"function", "change", "reason"} or not str(entry["reason"]).strip():
-            raise SystemExit(f"{path}: entry {entry} needs exactly function, change and a non-empty reason")
+        if not {"function", "change", "reason"} <= set(entry) <= {"function", "change", "reason", "kind"} \
+                or not str(entry["reason"]).strip() or entry.get("kind", "equivalent") not in KINDS:
+            raise SystemExit(f"{path}: entry {entry} needs function, change, a non-empty reason and, optionally, "
+                             f"a kind out of {', '.join(KINDS)}")
     return entries
 
 
 def verdict(measured: dict[str, Any], equivalents: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts by status, the survivors and the equivalent mutants of one file's measurement, and its
-    score: killed / (mutants - equivalent), None when every mutant is equivalent."""
+    """Counts by status, the survivors (with the reason of those only a GPU can kill) and the
+    equivalent mutants of one file's measurement, and its score: killed / (mutants - equivalent),
+    None when every mutant is equivalent."""
     survivors, equivalent = [], []
     for mutant in measured["not_killed"]:
-        reason = next((e["reason"] for e in equivalents if mutant["status"] == "survived"
-                       and e["function"] == function_of(mutant["id"]) and e["change"] == change_lines(mutant["diff"])), None)
-        (survivors if reason is None else equivalent).append(mutant if reason is None else {**mutant, "reason": reason})
+        entry = next((e for e in equivalents if mutant["status"] == "survived"
+                      and e["function"] == function_of(mutant["id"]) and e["change"] == change_lines(mutant["diff"])), None)
+        if entry is None:
+            survivors.append(mutant)
+        elif entry.get("kind", "equivalent") == "gpu-only":
+            survivors.append({**mutant, "reason": entry["reason"], "gpu_only": True})
+        else:
+            equivalent.append({**mutant, "reason": entry["reason"]})
     counts = Counter(m["status"] for m in survivors)
     counts.update(killed=measured["killed"], equivalent=len(equivalent))
+    if gpu_only := sum("gpu_only" in m for m in survivors):
+        counts["gpu only"] = gpu_only
     scored = measured["mutants"] - len(equivalent)
     return {"counts": dict(sorted(counts.items())), "score": measured["killed"] / scored if scored else None,
             "survivors": survivors, "equivalents": equivalent}
@@ -218,16 +233,17 @@ def render(report: dict[str, Any]) -> str:
     out = ["# Mutation testing", "",
            f"Written by `python benchmarks/mutation.py` ({report['tool']}); do not edit. Score = killed / "
            "(mutants - equivalent); equivalent mutants are declared, with a reason, in "
-           "`benchmarks/mutation_equivalents.yaml`. Goal: a score of at least "
+           "`benchmarks/mutation_equivalents.yaml`, as are the survivors that change behaviour only on a CUDA "
+           "device (GPU-only: they stay survivors, and count against the score). Goal: a score of at least "
            f"{GOAL:.0%} on every file. `code now` compares each file with its code at the commit measured, "
            f"in the checkout that wrote this report ({report.get('checkout') or 'unknown'}): `same` means the score "
            "holds for that checkout's code.", "",
-           "| file | mutants | killed | survived | timeout | no tests | equivalent | score | goal met | commit | code now | date | seconds (target) |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
+           "| file | mutants | killed | survived | of which GPU-only | timeout | no tests | equivalent | score | goal met | commit | code now | date | seconds (target) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
     for file, entry in report["files"].items():
         c, score = entry["verdict"]["counts"], entry["verdict"]["score"]
         m = entry["measured"]
-        out.append(f"| {file} | {m['mutants']} | {c.get('killed', 0)} | {c.get('survived', 0)} | {c.get('timeout', 0)} "
+        out.append(f"| {file} | {m['mutants']} | {c.get('killed', 0)} | {c.get('survived', 0)} | {c.get('gpu only', 0)} | {c.get('timeout', 0)} "
                    f"| {c.get('no tests', 0)} | {c.get('equivalent', 0)} | {'-' if score is None else f'{100 * score:.1f} %'} "
                    f"| {'yes' if score is None or score >= GOAL else 'no'} | {m['commit'][:12]}{'+dirty' if m['commit'].endswith('+dirty') else ''} "
                    f"| {CODE_NOW[entry.get('code_now')]} | {m['date'][:10]} "
@@ -238,7 +254,9 @@ def render(report: dict[str, Any]) -> str:
             if mutants:
                 out += ["", f"## {title}: {file}", ""]
             for mutant in mutants:
-                out += [f"- `{file}:{mutant['line']}` {mutant['id']} ({mutant.get('reason') or mutant['status']})", "",
+                why = f"{mutant['status']}, only a GPU can kill it: {mutant['reason']}" if mutant.get("gpu_only") else \
+                    mutant.get("reason") or mutant["status"]
+                out += [f"- `{file}:{mutant['line']}` {mutant['id']} ({why})", "",
                         "  ```diff", *(f"  {line}" for line in change_lines(mutant["diff"])), "  ```"]
     return "\n".join(out) + "\n"
 

@@ -45,7 +45,7 @@ def test_report_renders_the_scores_and_every_survivor():
     equivalents = [{"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x + 2"], "reason": "x is never read"}]
     report = {"tool": "mutmut 0", "files": {"pkg/m.py": {"measured": MEASURED, "verdict": mutation.verdict(MEASURED, equivalents)}}}
     text = mutation.render(report)
-    assert "| pkg/m.py | 10 | 7 | 1 | 1 | 0 | 1 | 77.8 % | no | 0123456789ab+dirty | unknown | 2026-01-02 | 12 |" in text
+    assert "| pkg/m.py | 10 | 7 | 1 | 0 | 1 | 0 | 1 | 77.8 % | no | 0123456789ab+dirty | unknown | 2026-01-02 | 12 |" in text
     assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_1 (survived)" in text
     assert "- `pkg/m.py:5` pkg.m.x_g__mutmut_1 (timeout)" in text
     assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_2 (x is never read)" in text
@@ -82,6 +82,29 @@ def test_report_keeps_other_files_and_rejudges_on_every_write(tmp_path):
     assert sorted(files) == ["pkg/m.py", "pkg/n.py"]
     assert files["pkg/m.py"]["verdict"]["score"] == pytest.approx(7 / 9) and files["pkg/n.py"]["verdict"]["score"] == 1.0
     assert "| pkg/n.py | 4 | 4 |" in (tmp_path / "mutation.md").read_text()
+
+
+def test_gpu_only_survivors_keep_counting_against_the_score():
+    """A survivor explained as GPU-only stays a survivor (in the score's denominator, listed with its
+    reason); only an equivalent one leaves the denominator."""
+    equivalents = [
+        {"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x - 1"], "reason": "a CUDA device", "kind": "gpu-only"},
+        {"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x + 2"], "reason": "x is never read"},
+    ]
+    verdict = mutation.verdict(MEASURED, equivalents)
+    assert verdict["score"] == pytest.approx(7 / 9)
+    assert verdict["counts"] == {"killed": 7, "survived": 1, "gpu only": 1, "timeout": 1, "equivalent": 1}
+    assert verdict["survivors"][0] == {**MEASURED["not_killed"][0], "reason": "a CUDA device", "gpu_only": True}
+    text = mutation.render({"tool": "mutmut 0", "files": {"pkg/m.py": {"measured": MEASURED, "verdict": verdict}}})
+    assert "| pkg/m.py | 10 | 7 | 1 | 1 | 1 | 0 | 1 | 77.8 % |" in text
+    assert "- `pkg/m.py:2` pkg.m.x_f__mutmut_1 (survived, only a GPU can kill it: a CUDA device)" in text
+
+
+def test_an_explanation_of_an_unknown_kind_is_refused(tmp_path):
+    path = tmp_path / "equivalents.yaml"
+    path.write_text("- function: pkg.m.x_f\n  change: ['-a', '+b']\n  reason: r\n  kind: harmless\n")
+    with pytest.raises(SystemExit, match="a kind out of equivalent, gpu-only"):
+        mutation.load_equivalents(path)
 
 
 def test_code_now_tells_whether_a_file_still_is_the_code_measured(tmp_path):
