@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hscl_zoo import LOSS_NAMES, build_loss
-from hscl_zoo.losses.distributed import gather_with_grad, is_distributed, world_size
+from hscl_zoo.losses.distributed import _gather_sizes, _GatherWithGrad, gather_with_grad, is_distributed, world_size
 
 from threaded_ranks import run_ranks
 
@@ -167,6 +167,46 @@ def test_gather_with_grad_concatenates_in_rank_order_and_returns_each_rank_its_r
         assert offset == sum(sizes[:rank]) and world == len(sizes)
         rows = slice(offset, offset + sizes[rank])
         torch.testing.assert_close(grad, weights[rows] * sum(r + 1 for r in range(len(sizes))), rtol=1e-12, atol=0)
+
+
+def test_sizes_are_gathered_on_the_tensors_device_whatever_torchs_default_device():
+    """The batch sizes are gathered on the device of the tensor being gathered, not on torch's default
+    device: a default set elsewhere (torch.set_default_device("cuda") next to gloo's CPU tensors, or the
+    CPU default next to NCCL's GPU tensors) must not move them. Here the default is "meta", whose tensors
+    hold no value: the sizes, the concatenation in rank order and each rank's gradient stay right."""
+    sizes = (3, 5)
+    x = torch.randn(sum(sizes), 2, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    weights = torch.randn(sum(sizes), 2, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+
+    def gather(rank):
+        start = sum(sizes[:rank])
+        local = x[start : start + sizes[rank]].clone().requires_grad_()
+        with torch.device("meta"):
+            gathered_sizes = _gather_sizes(sizes[rank], local.device)
+            gathered, _, offset = gather_with_grad(local)
+            (gathered * weights).sum().backward()
+        return gathered_sizes, gathered.detach(), offset, local.grad
+
+    for rank, (gathered_sizes, gathered, offset, grad) in enumerate(run_ranks(len(sizes), gather)):
+        assert gathered_sizes == list(sizes) and offset == sum(sizes[:rank])
+        assert gathered.device.type == "cpu" and torch.equal(gathered, x)
+        torch.testing.assert_close(grad, 2 * weights[offset : offset + sizes[rank]], rtol=0, atol=0)
+
+
+def test_gather_backward_sends_back_this_ranks_rows_of_a_non_contiguous_gradient():
+    """The backward of the gathering, in a one-process gloo group in this thread (no rank thread that could
+    wait for another): the gradient reaching the gathered tensor, here the transpose of a contiguous one,
+    is all-reduced and this process gets its rows, the hand value w.t() (a sum over one process)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        x = torch.arange(6.0, dtype=torch.float64).view(3, 2).requires_grad_()
+        gathered = _GatherWithGrad.apply(x, [3])
+        w = torch.tensor([[1.0, -2.0, 3.0], [0.5, 4.0, -1.5]], dtype=torch.float64)
+        (gathered.t() * w).sum().backward()
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(gathered.detach(), torch.arange(6.0, dtype=torch.float64).view(3, 2))
+    assert torch.equal(x.grad, w.t())
 
 
 def test_gather_without_gradient_and_outside_torch_distributed():

@@ -346,6 +346,26 @@ def test_ranks_with_unequal_chunk_counts_are_refused_before_encoding():
         assert forwards == 0 and counts == [3, 3] and eval_counts is None
 
 
+def test_chunk_counts_are_gathered_on_the_views_device_whatever_torchs_default_device():
+    """The lockstep check gathers the chunk counts on the device of the views, not on torch's default device
+    (set elsewhere, e.g. to "cuda" next to gloo's CPU tensors). Under a "meta" default, whose tensors hold no
+    value, two SyncBatchNorm ranks of 3 and 2 chunks still get the refusal naming [3, 2], and equal counts
+    are gathered as [3, 3]."""
+    lockstep = hscl_zoo.training.gradient_cache._check_lockstep
+
+    def rank(rank):
+        model = prepare_batchnorm(SmallNet("batch").double(), "sync")
+        loss_fn, views, labels = build_loss("scl"), make_views(batch=6 - 2 * rank), LABELS[: 6 - 2 * rank]
+        with torch.device("meta"):
+            with pytest.raises(ValueError) as error:
+                gradient_cache_backward(model, loss_fn, views, labels, chunk_size=2)
+            return str(error.value), lockstep(model, 3, views.device)
+
+    for message, counts in run_ranks(2, rank):
+        assert message.startswith("with SyncBatchNorm every process must encode the same number of chunks, got [3, 2] per rank")
+        assert counts == [3, 3]
+
+
 def test_unequal_chunk_counts_are_refused_with_the_fix():
     refuse = hscl_zoo.training.gradient_cache._refuse_unequal_chunks
     refuse([3, 3], "SyncBatchNorm")
