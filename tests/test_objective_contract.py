@@ -13,7 +13,13 @@ import torch.nn.functional as F
 
 from hscl_zoo.losses.fused import _mask_keys, _own_entries, fused_applicable, fused_psi_sum, image_sets
 from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
-from hscl_zoo.losses.objective import ContrastiveLoss, debiased_log_mean, log_weighted_mean_exp, pair_sets
+from hscl_zoo.losses.objective import (
+    ContrastiveLoss,
+    debiased_log_mean,
+    log_weighted_mean_exp,
+    pair_sets,
+    validate_inputs,
+)
 from hscl_zoo.losses.queue import MemoryQueue
 from hscl_zoo.losses.reference import exp_tilt, reference_loss, threshold
 
@@ -468,3 +474,86 @@ def test_one_dimensional_embeddings_are_a_loss_and_labels_a_view_loss_ignores():
     torch.testing.assert_close(scl(f, labels), ref, rtol=1e-9, atol=1e-12)
     ucl = ContrastiveLoss(negatives="other-images", positives="views")
     torch.testing.assert_close(ucl(f, torch.tensor([0, -3, -7])), ucl(f, None), rtol=0, atol=0)
+
+
+def test_labels_are_returned_as_int64_on_the_features_device():
+    """validate_inputs hands the loss its labels as int64 on the features' device, whatever the caller
+    passed: CPU int32 labels with features on the meta device (a device move made visible without a
+    GPU) come back as meta int64, and on the CPU as int64 with the same values."""
+    labels = torch.tensor([3, 0, -1], dtype=torch.int32)
+    for needs_labels in (True, False):
+        on_meta = validate_inputs(torch.empty(3, 2, 4, device="meta"), labels, needs_labels=needs_labels, loss_name="x")
+        assert on_meta.device.type == "meta" and on_meta.dtype == torch.int64 and on_meta.shape == (3,)
+    on_cpu = validate_inputs(torch.zeros(3, 2, 4), labels, needs_labels=True, loss_name="x")
+    assert on_cpu.device.type == "cpu" and on_cpu.dtype == torch.int64 and on_cpu.tolist() == [3, 0, -1]
+
+
+# batches mixing labelled and unlabelled images, and pair_psi_sum called directly
+
+
+@pytest.mark.parametrize("allow_fused", [True, False], ids=["fused-allowed", "general-only"])
+@pytest.mark.parametrize("method, hardening, eta", [
+    ("scl", None, None),
+    ("hscl-beta", ExponentialTilt(1.0), exp_tilt(1.0)),
+    ("hscl-tau", Threshold(0.0, 0.5), threshold(0.0, 0.5)),
+], ids=["scl", "hscl-beta", "hscl-tau"])
+def test_a_single_unlabelled_image_follows_the_unlabelled_rule(method, hardening, eta, allow_fused):
+    """Exactly one unlabelled image among labelled ones is a mixed batch: with unlabelled_negatives=False
+    the labelled anchors must leave it out of their negatives, as the reference does. Read as a class of
+    its own (-1) it would be every labelled anchor's negative, and the loss would differ."""
+    f, labels = randn(5, 2, 4, seed=15), torch.tensor([0, 1, -1, 0, 1])
+    loss = ContrastiveLoss(negatives="other-labels", positives="labels", hardening=hardening, unlabelled_negatives=False)
+    loss.allow_fused = allow_fused
+    ours = loss(f, labels)
+    assert loss.last_path == "general"
+    ref = reference_loss(f, labels, method=method, positives="labels", eta=eta, unlabelled_negatives=False)
+    as_a_class = reference_loss(f, labels, method=method, positives="labels", eta=eta)
+    assert ref.item() != pytest.approx(as_a_class.item(), rel=1e-3)
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-10)
+
+
+@pytest.mark.parametrize("hardening", [None, ExponentialTilt(1.0)], ids=["ucl", "hucl"])
+def test_pair_psi_sum_of_a_view_loss_ignores_the_labels_it_is_given(hardening):
+    """pair_psi_sum is also called directly (the diagnostics do), possibly with labels: a loss whose
+    negatives and positives come from images alone (UCL, H-UCL) must not read them. Labels with
+    unlabelled images and unlabelled_negatives=False leave its value the reference UCL's (its
+    B*V*(V-1) pairs, all of them), and labels that are all unlabelled give no 'no labelled image'
+    warning."""
+    f = randn(5, 2, 4, seed=16)
+    z = F.normalize(f, dim=-1)
+    loss = ContrastiveLoss(negatives="other-images", positives="views", hardening=hardening, unlabelled_negatives=False)
+    ref = reference_loss(f, None, method="hucl" if hardening else "ucl", positives="views",
+                         eta=exp_tilt(1.0) if hardening else None)
+    for labels in (torch.tensor([0, -1, 1, -1, 0]), torch.full((5,), -1)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            total, count = loss.pair_psi_sum(z, z, labels, 0)
+        assert count.item() == 5 * 2 * 1
+        assert (total / count).item() == pytest.approx(ref.item(), rel=1e-10)
+
+
+@pytest.mark.parametrize("tau_plus", [0.0, 0.1], ids=["ucl", "debiased"])
+def test_default_m_of_three_candidates_is_one(tau_plus):
+    """M defaults to (candidates) - 2, floored at 1: one image with two views and one queue row are
+    three candidates, so M = 1. Each view's psi is then log(1 + e^{g_iq - g_ip}) (g_iq to the queue
+    row, its only negative) without debiasing, and log(1 + e^{-g_ip} max((e^{g_iq} - tau+ e^{g_ip}) /
+    (1 - tau+), e^{-1/T})) with it: hand values and the reference agree."""
+    temperature = 0.5
+    f = randn(1, 2, 4, seed=17)
+    row = F.normalize(randn(1, 4, seed=18), dim=-1)
+    queue = MemoryQueue(1)
+    queue.push(row, None)
+    loss = ContrastiveLoss(negatives="other-images", positives="views", queue=queue, tau_plus=tau_plus,
+                           temperature=temperature).eval()
+    ours = loss(f)
+    z = F.normalize(f[0], dim=-1)
+    g_ip = (z[0] @ z[1]).item() / temperature
+    psi = []
+    for v in range(2):
+        g_iq = (z[v] @ row[0]).item() / temperature
+        mean = max((math.exp(g_iq) - tau_plus * math.exp(g_ip)) / (1 - tau_plus), math.exp(-1 / temperature))
+        psi.append(math.log1p(math.exp(-g_ip) * mean))
+    assert ours.item() == pytest.approx(sum(psi) / 2, rel=1e-12)
+    ref = reference_loss(f, None, method="hucl", positives="views", tau_plus=tau_plus, temperature=temperature,
+                         queue=(row, None))
+    assert ours.item() == pytest.approx(ref.item(), rel=1e-10)
