@@ -117,6 +117,27 @@ def test_assumption_fraction_with_a_hardening_function_matches_the_loop():
     assert assumption_fraction(f, labels, hardening=eta) != assumption_fraction(f, labels, beta=1.0)
 
 
+def test_diagnostics_build_their_sets_on_the_features_device_whatever_the_default_device():
+    """A script that set torch's default device elsewhere (here 'meta', standing in for
+    torch.set_default_device('cuda') on a machine without one) and passes CPU features gets its
+    diagnostics computed on the CPU: the masks are made on the features' device. Three equal images
+    (labels 0, 0, 1) at T = 0.5 have g = 2 and eta = e^2 for every pair, so alpha_HUCL = e^2; anchors
+    of images 0 and 1 have alpha_HSCL = alpha_Hcol = e^2 / 2 (2 of their 4 other-image views each),
+    image 2's alpha_HSCL = e^2 and alpha_Hcol = 0; Assumption 1 holds, with equality, for the 4
+    eligible anchors (images 0 and 1)."""
+    f = torch.ones(3, V, 4, dtype=torch.float64)
+    labels = torch.tensor([0, 0, 1])
+    e2 = math.exp(2.0)
+    expected = {"hucl": [e2] * 6, "hscl": [e2 / 2] * 4 + [e2] * 2, "hcol": [e2 / 2] * 4 + [0.0] * 2}
+    with torch.device("meta"):
+        masses = negative_masses(f, labels, ExponentialTilt(1.0))
+        counts = assumption_counts(f, labels, beta=1.0)
+    assert counts == (4, 4)
+    for name, values in expected.items():
+        assert masses[name].device == torch.device("cpu")
+        assert masses[name].tolist() == pytest.approx(values, rel=1e-12), name
+
+
 def bins(**filled) -> torch.Tensor:
     """200 float64 bins over [-1, 1], zero except the given ones (`b17=3.0`: bin 17 holds 3)."""
     counts = torch.zeros(NEGATIVE_COSINE_BINS, dtype=torch.float64)
@@ -149,6 +170,15 @@ def test_histogram_quantile_lies_in_the_bin_of_numpy_inverted_cdf_quantile():
         exact = float(np.quantile(values, q, method="inverted_cdf"))
         low = -1.0 + WIDTH * math.floor((exact + 1.0) / WIDTH)
         assert low - 1e-12 <= histogram_quantile(counts, q) <= low + WIDTH + 1e-12, q
+
+
+def test_histogram_quantile_of_a_nan_level_or_count_is_nan():
+    """NaN in, NaN out, as an empty histogram gives NaN: a NaN level q, or a NaN count (after which
+    the cumulative counts have no order), has no quantile. Its rank q * total is NaN, which falls past
+    every bin, so this also checks that no index beyond the counts is read."""
+    assert math.isnan(histogram_quantile(bins(b3=2.0, b7=1.0), math.nan))
+    assert math.isnan(histogram_quantile(bins(b3=2.0, b7=math.nan), 0.5))
+    assert math.isnan(histogram_quantile(bins(b3=2.0, b199=math.nan), 0.25))
 
 
 def test_histogram_quantile_places_ranks_beyond_float32_precision_exactly():

@@ -97,6 +97,30 @@ def test_fused_applicable_counts_the_embeddings_not_m():
     assert not fused_applicable(tilt, 0.0, 0.05, 1e-30, torch.float32, 100)  # psi = O(M e^{-2/T}) would be subnormal
 
 
+def test_fused_applicable_bounds_the_psi_ratio_by_m_on_either_side_of_one():
+    """a / e_ip, hence psi and its sigmoid, spans M e^{+-2/T}: a tiny M drives it towards the subnormals
+    and a huge one towards overflow, however few the candidates. At T = 1/16 (1/T = 16, 2/T = 32) in
+    float32 (limit 80), M = e^{-60} with 8 candidates gives the bounds 16 + log 8 = 18.1, 32 + 60 = 92
+    and 16 + |log 8 + 60| = 78.1, and M = e^{60} with about e^{60} candidates 76, 92 and 16: only
+    2/T + |log M| = 92 passes 80, and it alone hands both over. At M = e^{+-40} it is 72 and they stay."""
+    for log_m, candidates, kept in ((-60.0, 8, False), (60.0, round(math.exp(60.0)), False),
+                                    (-40.0, 8, True), (40.0, round(math.exp(40.0)), True)):
+        assert fused_applicable(None, 0.0, 0.0625, math.exp(log_m), torch.float32, candidates) == kept, log_m
+
+
+def test_fused_applicable_hands_over_at_the_limit_itself():
+    """The bounds must stay strictly below the limit. With one candidate and M = 1 (log N = log M = 0)
+    they are (1 + beta) / T and 2 / T, exact here: beta = 1.5 at T = 1/32 and the uniform weights at
+    T = 1/40 reach float32's 80.0 exactly, beta = 42.75 at T = 1/16 float64's 700.0; a little less is kept."""
+    assert (1 + 1.5) / 0.03125 == 80.0 and 2 / 0.025 == 80.0 and (1 + 42.75) / 0.0625 == 700.0
+    assert not fused_applicable(ExponentialTilt(1.5), 0.0, 0.03125, 1.0, torch.float32, 1)
+    assert fused_applicable(ExponentialTilt(1.49), 0.0, 0.03125, 1.0, torch.float32, 1)
+    assert not fused_applicable(None, 0.0, 0.025, 1.0, torch.float32, 1)
+    assert fused_applicable(None, 0.0, 0.0251, 1.0, torch.float32, 1)
+    assert not fused_applicable(ExponentialTilt(42.75), 0.0, 0.0625, 1.0, torch.float64, 1)
+    assert fused_applicable(ExponentialTilt(42.7), 0.0, 0.0625, 1.0, torch.float64, 1)
+
+
 @pytest.mark.parametrize("M", [0.5, 7.0, 1000.0])
 @pytest.mark.parametrize("name", ["ucl", "hucl-debiased", "hscl-beta", "hscl-tau"])
 def test_user_M_is_honoured_on_every_path(name, M):

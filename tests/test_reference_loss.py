@@ -2,12 +2,14 @@
 formulas of docs/losses.md on batches of two images, and the documented properties of
 `random_batch`, `trained_batch`, `threshold` and `relative_errors`."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from hscl_zoo.losses.reference import random_batch, reference_loss, relative_errors, threshold, trained_batch
+from hscl_zoo.losses.reference import PRECISION_CASES, random_batch, reference_loss, relative_errors, threshold, trained_batch
 
 R2 = math.sqrt(2)
 
@@ -69,6 +71,18 @@ def test_uniform_mean_stays_finite_with_one_exponential_near_the_float64_limit(e
     value = reference_loss(features, None, method="hucl", positives="views", temperature=1 / 709.5, eta=eta,
                            queue=(rows, None))
     assert value.item() == pytest.approx(math.log(2), rel=1e-12)
+
+
+def test_without_debiasing_the_loss_forms_no_e_to_the_positive_similarity():
+    """tau_plus = 0 is the plain log(1 + M e^{-g_ip} E_i): the debiasing term tau_plus e^{g_ip} (and its
+    floor e^{-1/T}) belong to tau_plus > 0. At T = 1/710 a positive at cosine 1 has e^{g_ip} = e^{710},
+    beyond float64, where 0 x e^{g_ip} would be NaN; the loss itself is representable. Image 0 (views
+    e1) and image 1 (views (3, 4) / 5, cosine 0.6 to e1), view positives, M = 4 - 2 = 2: every anchor
+    has psi = log(1 + 2 e^{-710} e^{710 x 0.6}) = log1p(2 e^{-284})."""
+    features = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[3.0, 4.0], [3.0, 4.0]]], dtype=torch.float64)
+    assert torch.exp(torch.tensor(710.0, dtype=torch.float64)).isinf(), "e^{g_ip} must overflow to test anything"
+    value = reference_loss(features, None, method="ucl", positives="views", temperature=1 / 710, tau_plus=0.0)
+    assert value.item() == pytest.approx(math.log1p(2 * math.exp(-284.0)), rel=1e-9)
 
 
 def test_batch_without_pairs_gives_an_attached_zero_with_zero_gradient():
@@ -153,3 +167,20 @@ def test_trained_batch_classes_have_the_cosine_of_centre_plus_noise_of_norm_spre
     different = labels[:, None] != labels[None, :]
     assert cosines[same].sub(1 / (1 + spread**2)).abs().max() < 0.05
     assert cosines[different].abs().max() < 0.1
+
+
+@pytest.mark.parametrize("kind, spread", [("distinct", 1.0), ("tight", 0.1)])
+def test_trained_batch_of_a_seed_is_the_batch_of_the_committed_precision_measurement(kind, spread):
+    """benchmarks/results/loss_precision_after.json names its seed and records the float64 reference
+    value of every case on trained_batch(24, 2, 32, 4, seed 0); it stays reproducible only while that
+    seed draws the same batch (the same draws, combined the same way). Its reference values at
+    T = 0.03, where psi is tiny and the batch's every detail shows, are recomputed."""
+    measurement = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/loss_precision_after.json").read_text())
+    features, labels = trained_batch(measurement["batch"], 2, measurement["dim"], 4, measurement["seed"], spread=spread)
+    rows = [r for r in measurement["rows"] if r["kind"] == kind and r["temperature"] == 0.03]
+    assert len(rows) == 2 * len(PRECISION_CASES)
+    for row in rows:
+        method, _, eta, tau_plus = PRECISION_CASES[row["case"]]
+        value = reference_loss(features.double(), labels, method=method, positives=row["positives"], temperature=0.03,
+                               eta=eta(0.03), tau_plus=tau_plus)
+        assert value.item() == pytest.approx(row["reference"], rel=1e-9), (row["case"], row["positives"])

@@ -39,7 +39,7 @@ from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
 
 # log1p replaces log(1 + y) where y = a / e_ip may fall below this (then log(1 + y) loses ~eps / y).
 _LOG1P_BELOW = 1.0 / 16
-# Largest |log x| kept for the intermediates, a margin inside the normal range (float32: e^-87.3 .. e^88.7).
+# Bound that |log x| of every intermediate must stay strictly below, a margin inside the normal range (float32: e^-87.3 .. e^88.7).
 _EXP_LIMIT = {torch.float32: 80.0, torch.float64: 700.0}
 
 
