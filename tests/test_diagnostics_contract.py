@@ -172,13 +172,21 @@ def test_histogram_quantile_lies_in_the_bin_of_numpy_inverted_cdf_quantile():
         assert low - 1e-12 <= histogram_quantile(counts, q) <= low + WIDTH + 1e-12, q
 
 
-def test_histogram_quantile_of_a_nan_level_or_count_is_nan():
-    """NaN in, NaN out, as an empty histogram gives NaN: a NaN level q, or a NaN count (after which
-    the cumulative counts have no order), has no quantile. Its rank q * total is NaN, which falls past
-    every bin, so this also checks that no index beyond the counts is read."""
-    assert math.isnan(histogram_quantile(bins(b3=2.0, b7=1.0), math.nan))
+def test_histogram_quantile_of_a_nan_count_is_nan():
+    """NaN in, NaN out, as an empty histogram gives NaN: after a NaN count the cumulative counts
+    have no order, and the rank q * total is NaN, which falls past every bin, so this also checks
+    that no index beyond the counts is read."""
     assert math.isnan(histogram_quantile(bins(b3=2.0, b7=math.nan), 0.5))
     assert math.isnan(histogram_quantile(bins(b3=2.0, b199=math.nan), 0.25))
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.5, math.nan])
+def test_histogram_quantile_refuses_a_level_outside_zero_one(q):
+    """A level outside [0, 1] (or NaN) has no quantile: above 1 it would read a cosine past the top
+    bin, so it is refused with the range to use."""
+    with pytest.raises(ValueError) as err:
+        histogram_quantile(bins(b3=2.0, b7=1.0), q)
+    assert str(err.value) == f"histogram_quantile needs a level q in [0, 1], got {q!r}."
 
 
 def test_histogram_quantile_places_ranks_beyond_float32_precision_exactly():

@@ -171,7 +171,10 @@ def negative_cosines(features: Tensor, labels: Tensor) -> Tensor:
 
 
 def histogram_quantile(counts: Tensor, q: float) -> float:
-    """The q-quantile of values binned by `counts` into equal bins over [-1, 1], linear within a bin."""
+    """The q-quantile of values binned by `counts` into equal bins over [-1, 1], linear within a bin
+    (NaN for an empty histogram or one with a NaN count)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"histogram_quantile needs a level q in [0, 1], got {q!r}.")
     cumulative = torch.cumsum(counts.double(), 0)
     total = float(cumulative[-1])  # in float64 like the cumulative counts it is compared with
     if total == 0:
