@@ -165,7 +165,7 @@ def run_target(target: str) -> dict[str, dict[str, Any]]:
     """Mutation-test one target from scratch; per file, the raw measurement (killed count and every
     mutant not killed, with its status, line and diff)."""
     from mutmut.stats import status_by_exit_code
-    from provenance import utc_now
+    from provenance import git_commit, utc_now
 
     ws = workspace(target)
     commit, date = git_commit(), utc_now()
