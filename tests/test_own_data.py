@@ -262,7 +262,9 @@ def test_train_then_embed_and_eval_an_image_folder(folder, tmp_path, capsys):
     result = tmp_path / "eval.json"
     assert main(["eval", str(run / "hub"), "--device", "cpu", "--out", str(result)]) == 0
     scores = json.loads(result.read_text())
-    assert scores["dataset"] == f"imagefolder:{folder}" and 0 <= scores["top1"] <= 100
+    own = json.loads((run / "linear_eval.json").read_text())
+    assert scores["dataset"] == f"imagefolder:{folder}"
+    assert (scores["top1"], scores["knn_top1"]) == (own["top1"], own["knn_top1"]), "eval of the model folder repeats the run's own"
 
 
 def test_unlabelled_folder_trains_ucl_and_refuses_scl(tmp_path, capsys):
