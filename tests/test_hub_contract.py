@@ -464,9 +464,9 @@ def test_device_argument_is_honoured(saved: Path) -> None:
 
 @pytest.mark.parametrize("size", [0, 5, (1 << 20) * 2 + 5], ids=["empty", "one-short-block", "three-blocks"])
 def test_sha256_file_hashes_every_block_and_stops_at_the_end(tmp_path, size):
-    """The digest of a file read in 1 MiB blocks equals hashlib's of its whole bytes, and the read
-    stops at the end of the file: it runs in a thread given 5 s (it needs milliseconds), so a loop
-    that never recognises the end fails here instead of hanging the suite."""
+    """The digest of a file read in blocks equals hashlib's of its whole bytes, and the read stops at
+    the end of the file: it runs in a thread given 5 s (it needs milliseconds), so a read loop that
+    never recognises the end fails here instead of hanging the suite."""
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
     path = tmp_path / "blob"
     path.write_bytes(data)

@@ -89,12 +89,9 @@ class ModelSource:
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
+    """Hex sha256 of a file, read in blocks (never whole into memory)."""
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _env_offline() -> bool:
