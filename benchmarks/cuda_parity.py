@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +36,7 @@ import hscl_zoo
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.evaluation import knn_top1
 from hscl_zoo.losses.methods import LOSS_NAMES
-from provenance import git_commit, utc_now  # benchmarks/, the script's own folder
+from provenance import command_line, git_commit, utc_now  # benchmarks/, the script's own folder
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -215,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"| {row['check']} | {row['gap']:.2e} | {row['tolerance']:.0e} | {'yes' if row['ok'] else 'NO'} |")
     if args.json is not None:
-        command = " ".join(["python benchmarks/cuda_parity.py", *(argv if argv is not None else sys.argv[1:])])
+        command = command_line(__file__, argv)
         args.json.write_text(json.dumps({"command": command, "git_commit": git_commit(), "date": utc_now(),
                                          "device": str(device), "device_name": name, "torch": torch.__version__,
                                          "checks": rows}, indent=2) + "\n")

@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -43,7 +42,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from gradient_cache_bench import PeakMemory  # benchmarks/, the script's own folder
-from provenance import git_commit, machine, utc_now
+from provenance import command_line, git_commit, machine, utc_now
 from pytorch_metric_learning import losses as pml
 
 from hscl_zoo import MetricLearningLoss, NTXentLoss, SupConLoss
@@ -225,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("memory is read from /proc/self (Linux only).")
     ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
     torch.set_num_threads(args.threads)
-    command = " ".join(["python benchmarks/dropin_losses.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(__file__, argv)
     commit = git_commit()
     info = machine("cpu")
     print(f"command: {command}\nmachine: {info}")

@@ -31,7 +31,6 @@ import os
 import platform
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ import torch
 from torch import nn
 
 import hscl_zoo
-from provenance import git_commit, utc_now  # benchmarks/, the script's own folder
+from provenance import command_line, git_commit, utc_now  # benchmarks/, the script's own folder
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("direct", "cache")
@@ -128,7 +127,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    command = " ".join(["python benchmarks/gradient_cache_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(__file__, argv)
     commit = git_commit()
     device = torch.device(args.device)
     if args.threads:
@@ -181,8 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows.append(row)
         print(f"| {mode} | {n} | {row['chunk_size'] or '-'} | {row['peak_mib']:,.0f} | {seconds:,.1f} | {cpu:,.1f} | "
               f"{row['memory_ratio']:.3f} | {row['cpu_time_ratio']:.2f}x |")
-    out = {"command": command, "commit": commit, "finished": utc_now(), "machine": machine, "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "memory_measured_by": meter.how, "load_before": load, "load_after": os.getloadavg(),
+    out = {"command": command, "commit": commit, "finished": utc_now(), "machine": machine, "device": str(device),
+           "torch": torch.__version__, "threads": torch.get_num_threads(), "memory_measured_by": meter.how, "load_before": load, "load_after": os.getloadavg(),
            "args": vars(args), "rows": rows}
     print(f"\nload average after: {out['load_after']}")
     path = Path(args.json) if args.json else RESULTS / f"gradient_cache_{slug(machine)}.json"

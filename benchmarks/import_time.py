@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import ROOT, git_commit, machine, utc_now
+from provenance import ROOT, command_line, git_commit, machine, utc_now
 
 CASES = {
     "import torch": "import torch",
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "losses import / torch import <= 1.2": losses_s / torch_s <= LOSSES_GOAL_RATIO,
     }
     record = {
-        "command": " ".join(["python benchmarks/import_time.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": command_line(__file__, argv),
         "source": str(source),
         "git_commit": commit,
         "date": utc_now(),

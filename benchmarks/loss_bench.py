@@ -36,7 +36,6 @@ import gc
 import json
 import os
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -46,7 +45,7 @@ import torch
 from official_repo import TEMPERATURE as OFFICIAL_TEMPERATURE  # benchmarks/, the script's own folder
 from official_repo import load_official_loss
 from official_style import official_style_hscl_beta
-from provenance import git_commit, machine, utc_now
+from provenance import command_line, git_commit, machine, utc_now
 
 from hscl_zoo import LOSS_NAMES, build_loss
 from hscl_zoo.losses.reference import exp_tilt, reference_loss
@@ -298,7 +297,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = " ".join(["python benchmarks/loss_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(__file__, argv)
     commit = git_commit()  # the code as it was when the timings started
     fns = methods(args)
     names = list(fns)

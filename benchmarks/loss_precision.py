@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
 from hscl_zoo import build_loss
-from provenance import git_commit, machine, utc_now  # benchmarks/, the script's own folder
 from hscl_zoo.losses.reference import PRECISION_CASES, random_batch, reference_value_and_grad, relative_errors, trained_batch
+from provenance import command_line, git_commit, machine, utc_now  # benchmarks/, the script's own folder
 
 KINDS = {
     "random": lambda B, d, seed: random_batch(B, 2, d, 4, seed),
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     temperatures = [float(t) for t in args.temperatures.split(",")]
     rows = [measure(kind, T, name, positives, args)
             for kind in kinds for T in temperatures for name in PRECISION_CASES for positives in ("views", "labels")]
-    command = " ".join(["python benchmarks/loss_precision.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(__file__, argv)
     print("# loss_precision: float32 vs float64 loop reference, relative error value / gradient (worst of both positives modes)")
     print(f"command: {command}")
     print(f"torch {torch.__version__}, B={args.batch}, V=2, d={args.dim}, 4 classes, seed {args.seed}")

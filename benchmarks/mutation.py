@@ -70,6 +70,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py"),
 }
 GOAL = 0.9  # issue 25: at least 90 % of the non-equivalent mutants of every file killed
+KINDS = ("equivalent", "gpu-only")  # what an explained survivor is (mutation_equivalents.yaml's `kind`)
+CODE_NOW = {True: "same", False: "changed", None: "unknown"}  # the report's `code now` column
 HUNK = re.compile(r"^@@ -(\d+)")
 
 
@@ -188,9 +190,6 @@ def run_target(target: str) -> dict[str, dict[str, Any]]:
     return files
 
 
-KINDS = ("equivalent", "gpu-only")
-
-
 def load_equivalents(path: Path = EQUIVALENTS) -> list[dict[str, Any]]:
     """The hand-written list of explained survivors: function (mutmut's mangled name), change (the
     diff's removed and added lines, stripped), a one-line reason and, optionally, a kind:
@@ -199,10 +198,10 @@ def load_equivalents(path: Path = EQUIVALENTS) -> list[dict[str, Any]]:
     entries = (yaml.safe_load(path.read_text()) or []) if path.is_file() else []
     for entry in entries:
         if not {"function", "change", "reason"} <= set(entry) <= {"function", "change", "reason", "kind"} \
-                or not str(entry["reason"]).strip() or entry.get("kind", "equivalent") not in KINDS:
+                or not str(entry["reason"]).strip() or entry.get("kind", KINDS[0]) not in KINDS:
             raise SystemExit(f"{path}: entry {entry} needs function, change, a non-empty reason and, optionally, "
                              f"a kind out of {', '.join(KINDS)}")
-    return entries
+    return [{"kind": KINDS[0], **entry} for entry in entries]
 
 
 def verdict(measured: dict[str, Any], equivalents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -215,7 +214,7 @@ def verdict(measured: dict[str, Any], equivalents: list[dict[str, Any]]) -> dict
                       and e["function"] == function_of(mutant["id"]) and e["change"] == change_lines(mutant["diff"])), None)
         if entry is None:
             survivors.append(mutant)
-        elif entry.get("kind", "equivalent") == "gpu-only":
+        elif entry.get("kind") == "gpu-only":
             survivors.append({**mutant, "reason": entry["reason"], "gpu_only": True})
         else:
             equivalent.append({**mutant, "reason": entry["reason"]})
@@ -261,9 +260,6 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-CODE_NOW = {True: "same", False: "changed", None: "unknown"}
-
-
 def unchanged_since(file: str, commit: str, root: Path = ROOT) -> bool | None:
     """Whether `file` in the checkout at `root` (uncommitted edits included) is the file at `commit`;
     None when that cannot be told (a measurement of uncommitted code, or a commit git does not know)."""
@@ -280,9 +276,9 @@ def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RE
     old = json.loads(path.read_text())["files"] if path.is_file() else {}
     merged = {**{f: e["measured"] for f, e in old.items()}, **measured}
     declared = load_equivalents(equivalents)
-    from hscl_zoo.reproduction.runs import code_commit
+    from provenance import git_commit
 
-    report = {"tool": tool, "score": "killed / (mutants - equivalent)", "checkout": code_commit(ROOT, paths=()),
+    report = {"tool": tool, "score": "killed / (mutants - equivalent)", "checkout": git_commit(),
               "files": {f: {"measured": m, "verdict": verdict(m, declared), "code_now": unchanged_since(f, m["commit"])}
                         for f, m in sorted(merged.items())}}
     path.write_text(json.dumps(report, indent=1) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,12 @@ def git_commit(root: Path = ROOT) -> str | None:
     """HEAD of this checkout (or of the one at `root`), with "+dirty" when any file of it, tracked or
     untracked (not ignored), differs from HEAD: a measurement made from uncommitted code says so."""
     return code_commit(root, paths=())
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran a benchmark, as a results file records it: `python benchmarks/<name>.py`
+    and its arguments (`argv`, or this process's when None). `script` is the benchmark's __file__."""
+    return " ".join([f"python benchmarks/{Path(script).name}", *(sys.argv[1:] if argv is None else argv)])
 
 
 def utc_now() -> str:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
-from provenance import git_commit, machine, utc_now  # benchmarks/, the script's own folder
+from provenance import command_line, git_commit, machine, utc_now  # benchmarks/, the script's own folder
 
 from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.reproduction.budgets import BUDGETS
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    command = " ".join(["python benchmarks/queue_collapse.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(__file__, argv)
     commit = git_commit()
     runs = {}
     for name, overrides in VARIANTS.items():

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from provenance import git_commit, machine, utc_now
+from provenance import command_line, git_commit, machine, utc_now
 
 from hscl_zoo.retrieval import retrieval_metrics
 
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     features_mib = (query.numel() + gallery.numel()) * 4 / 2**20
     result = {
         "benchmark": "retrieval_metrics",
-        "command": "python benchmarks/retrieval_bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line(__file__, argv),
         "queries": args.queries, "gallery": args.gallery, "dim": args.dim, "classes": args.classes,
         "max_chunk_bytes": args.max_chunk_bytes, "device": args.device,
         "seconds": round(seconds, 2),

@@ -67,7 +67,7 @@ from hscl_zoo.data.raw_images import RawImageDataset
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
 from hscl_zoo.losses.methods import LOSS_NAMES
-from provenance import git_commit, utc_now  # benchmarks/, the script's own folder
+from provenance import command_line, git_commit, utc_now  # benchmarks/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(f"device: {device} ({name}); torch {torch.__version__}; {os.cpu_count()} CPU cores, "
           f"{torch.get_num_threads()} intra-op threads; load average {load}")
-    command = " ".join(["python benchmarks/train_throughput.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(__file__, argv)
     out: dict[str, Any] = {"command": command, "git_commit": git_commit(), "date": utc_now(), "device": str(device),
                            "device_name": name, "torch": torch.__version__, "load_before": load, "args": vars(args)}
     if args.loss_memory:

@@ -303,21 +303,17 @@ def test_quoted_tables_are_rebuilt_from_the_raw_fields():
 COMMIT = re.compile(r"[0-9a-f]{40}(\+dirty)?")
 
 
-def _files(pattern: str) -> list[Path]:
-    """The JSON files under results/ and benchmarks/results/ that a SOURCES pattern names."""
-    files = [*(ROOT / "results").rglob("*.json"), *(ROOT / "benchmarks" / "results").rglob("*.json")]
-    return sorted(f for f in files if re.match(pattern, f.relative_to(ROOT).as_posix()))
-
-
 def test_every_quoted_file_names_the_code_it_measured():
     """Each result file the docs quote records the commit it was measured at (git's HEAD, '+dirty'
     when the tree differed), so a number can be traced to code; the H100 files name theirs through
     the sprint that wrote them (h100_sprint.json's source_commit, packed from a clean tree)."""
     sprint = _json("benchmarks/results/h100_sprint.json")["source_commit"]
     assert COMMIT.fullmatch(sprint)
+    results = [f.relative_to(ROOT).as_posix() for folder in ("results", "benchmarks/results")
+               for f in sorted((ROOT / folder).rglob("*.json"))]
     missing = []
     for pattern in SOURCES:
-        files = _files(pattern)
+        files = [ROOT / f for f in results if re.match(pattern, f)]
         assert files, pattern
         for file in files:
             if file.name.startswith("h100_"):

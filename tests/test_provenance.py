@@ -84,3 +84,13 @@ def test_the_packed_commit_in_the_environment_wins_over_a_stale_or_missing_check
     assert code_commit(tmp_path_factory.mktemp("no-git")) == packed
     monkeypatch.setenv("HSCL_ZOO_SOURCE_COMMIT", "")
     assert code_commit(repo) == stale + "+dirty"
+
+
+def test_command_line_names_the_benchmark_and_its_arguments(monkeypatch):
+    """The command a results file records: the benchmark's path from the repository root and the
+    arguments it was given, or this process's own when none are passed."""
+    script = str(Path(provenance.__file__).parent / "loss_precision.py")
+    assert provenance.command_line(script, ["--json", "out.json"]) == "python benchmarks/loss_precision.py --json out.json"
+    assert provenance.command_line(script, []) == "python benchmarks/loss_precision.py"
+    monkeypatch.setattr("sys.argv", ["loss_precision.py", "--batch", "8"])
+    assert provenance.command_line(script, None) == "python benchmarks/loss_precision.py --batch 8"
