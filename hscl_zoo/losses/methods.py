@@ -34,6 +34,7 @@ __all__ = [
     "register_method",
     "get_method",
     "build_loss",
+    "hyperparameter_values",
 ]
 
 COMMON_OPTIONS: tuple[str, ...] = ("temperature", "positives", "M", "unlabelled", "unlabelled_negatives", "queue_size",
@@ -212,18 +213,7 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
     temperature = kwargs.get("temperature", 0.5)
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; the paper uses 0.5.")
-    for group in spec.exclusive:
-        given = [n for n in group if kwargs.get(n) is not None]
-        if len(given) > 1:
-            raise ValueError(f"{spec.name} takes either {' or '.join(group)}, not both.")
-    values: dict[str, Any] = {}
-    for h in spec.hyperparameters:
-        value = kwargs.get(h.name)
-        if value is None:
-            value = h.default
-        if value is not None:
-            h.check(value, spec.name)
-        values[h.name] = value
+    values = hyperparameter_values(spec, kwargs)
     hardening = spec.hardening(values, temperature) if spec.hardening is not None else None
     if "detach_weights" in kwargs and isinstance(hardening, Threshold):
         raise ValueError(
@@ -245,6 +235,25 @@ def build_loss(name: str, **kwargs: Any) -> ContrastiveLoss:
         queue_positives=kwargs.get("queue_positives", False),
         **{k: values[k] for k in _LOSS_KEYWORDS if values.get(k) is not None},
     )
+
+
+def hyperparameter_values(spec: MethodSpec, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The method's hyperparameters from `kwargs`, defaults filled in, each checked against its
+    range, at most one of each exclusive group given (what `build_loss` and the graph objective
+    share)."""
+    for group in spec.exclusive:
+        given = [n for n in group if kwargs.get(n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{spec.name} takes either {' or '.join(group)}, not both.")
+    values: dict[str, Any] = {}
+    for h in spec.hyperparameters:
+        value = kwargs.get(h.name)
+        if value is None:
+            value = h.default
+        if value is not None:
+            h.check(value, spec.name)
+        values[h.name] = value
+    return values
 
 
 def _tilt(values: Mapping[str, Any], temperature: float) -> HardeningFn:
