@@ -1,0 +1,49 @@
+"""The graph summary from hand-made records: beta chosen on test accuracy and on training folds,
+and the claim's verdicts from intervals worked out by hand."""
+
+import math
+
+from hscl_zoo.reproduction.graph_summary import claim_rows, method_cells, render_summary
+
+
+def _record(variant, method, seed, tests, inners=None, dataset="MUTAG", protocol="a"):
+    inners = inners or [0.5] * len(tests)
+    return {"dataset": dataset, "protocol": protocol, "variant": variant, "method": method, "seed": seed,
+            "folds": [{"fold": f, "C": 1.0, "inner_accuracy": i, "test_accuracy": t}
+                      for f, (t, i) in enumerate(zip(tests, inners))],
+            "mean_test_accuracy": sum(tests) / len(tests)}
+
+
+def test_beta_chosen_on_test_accuracy_takes_the_best_mean_and_on_training_folds_the_best_inner_score():
+    records = [
+        # beta 1: mean 0.70; beta 2: mean 0.75 -> test-chosen beta 2.
+        _record("hscl-beta-b1", "hscl-beta", 0, [0.6, 0.8], inners=[0.9, 0.1]),
+        _record("hscl-beta-b2", "hscl-beta", 0, [0.7, 0.8], inners=[0.2, 0.3]),
+    ]
+    test = method_cells(records, "test")["hscl-beta"]
+    assert test.variant == "hscl-beta-b2" and math.isclose(test.per_seed[0], 75.0)
+    # fold 0: inner 0.9 (b1) -> test 0.6; fold 1: inner 0.3 (b2) -> test 0.8; mean 70 %.
+    train = method_cells(records, "train")["hscl-beta"]
+    assert math.isclose(train.per_seed[0], 70.0)
+
+
+def test_the_claim_is_judged_by_the_paired_interval():
+    records = []
+    for seed, (mine, rival) in enumerate([(0.80, 0.78), (0.82, 0.79), (0.84, 0.80)]):
+        records += [_record("hscl-beta-b1", "hscl-beta", seed, [mine]), _record("ucl", "ucl", seed, [rival]),
+                    _record("scl", "scl", seed, [mine + 0.01 * (seed - 1)]),
+                    _record("hucl-b1", "hucl", seed, [mine + 0.05])]
+    rows = {rival: (cells, overall) for rival, cells, overall in claim_rows(records, "a", "test")}
+    # differences 2, 3, 4 points: mean 3, sd 1, half width t(0.975, 2) / sqrt(3) = 4.3027 / 1.7321 = 2.484.
+    assert rows["ucl"][0]["MUTAG"] == "better +3.00 [+0.52, +5.48]"
+    # differences +1, 0, -1: mean 0, half width 2.484 -> a tie.
+    assert rows["scl"][0]["MUTAG"] == "tie +0.00 [-2.48, +2.48]"
+    assert rows["hucl"][0]["MUTAG"].startswith("worse -5.00")
+    assert rows["ucl"][0]["ENZYMES"] == "no records" and rows["ucl"][1] == "not testable yet"
+
+
+def test_the_summary_names_the_paper_numbers_beside_the_measured_ones():
+    records = [_record("ucl", "ucl", s, [0.85 + 0.01 * s]) for s in range(2)]
+    text = render_summary(records)
+    assert "85.5 ± 0.7, 2 seeds (paper 86.8)" in text
+    assert "Protocol (b)" not in text
