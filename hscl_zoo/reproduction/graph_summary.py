@@ -25,9 +25,10 @@ from typing import Any
 from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS
 from hscl_zoo.graphs.protocol import GRAPH_VARIANTS
 from hscl_zoo.losses.methods import get_method
+from hscl_zoo.reproduction.report import replace_block
 from hscl_zoo.reproduction.statistics import PairedDifference, mean_std, paired_difference
 
-__all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "render_summary", "BEATS"]
+__all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "render_summary", "quote_block", "BEATS"]
 
 Record = dict[str, Any]
 CHOICES = ("test", "train")
@@ -141,7 +142,7 @@ def _cell_text(cell: GraphCell | None) -> str:
         return "–"
     mean, std = cell.mean_std
     beta = f" ({cell.variant.rsplit('-', 1)[-1]})" if cell.choice == "test" else ""
-    return f"{mean:.1f} ± {std:.1f}{beta}, {cell.seeds} seeds"
+    return f"{mean:.1f} ± {std:.1f}{beta}, {cell.seeds} seed{'s' if cell.seeds != 1 else ''}"
 
 
 def table_two(records: list[Record], protocol: str, choice: str) -> str:
@@ -214,15 +215,41 @@ def render_summary(records: list[Record]) -> str:
     return "\n".join(parts)
 
 
+def _claim_line(records: list[Record], protocol: str, choice: str) -> str:
+    parts = [f"{get_method(rival).display}: {overall}" for rival, _, overall in claim_rows(records, protocol, choice)]
+    return "; ".join(parts)
+
+
+def quote_block(records: list[Record]) -> str:
+    """The README's and the Graphs page's quote: record counts and the claim's verdict per protocol."""
+    specs = list(GRAPH_DATASETS.values())
+    planned_a = len(specs) * len(GRAPH_VARIANTS) * SEEDS_PLANNED
+    lines = []
+    for protocol in ("a", "b"):
+        mine = [r for r in records if r["protocol"] == protocol]
+        datasets = sorted({r["dataset"] for r in mine})
+        if not mine:
+            lines.append(f"* Protocol ({protocol}): no records yet.")
+            continue
+        scope = f"{len(mine)} of {planned_a} records" if protocol == "a" else f"{len(mine)} records on {', '.join(datasets)}"
+        lines.append(f"* Protocol ({protocol}), {scope}. H-SCL(β) with β chosen on training folds, against "
+                     f"{_claim_line(mine, protocol, 'train')}.")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description="Write results/graphs-paper/summary.md from its records.")
     parser.add_argument("--root", type=Path, default=Path("results/graphs-paper"))
+    parser.add_argument("--quote", type=Path, nargs="*", default=[], help="pages whose graphs-paper block to rewrite")
     args = parser.parse_args(argv)
     records = load_records(args.root / "records")
     (args.root / "summary.md").write_text(render_summary(records))
     print(f"{args.root / 'summary.md'}: {len(records)} records")
+    for page in args.quote:
+        page.write_text(replace_block(page.read_text(), "graphs-paper", quote_block(records)))
+        print(f"{page}: quote updated")
     return 0
 
 
