@@ -31,8 +31,9 @@ _EXPORTS = {
     **dict.fromkeys(("eval_transform", "simclr_transform"), "hscl_zoo.data.transforms"),
     "MultiViewDataset": "hscl_zoo.data.views",
     "make_loader": "hscl_zoo.data.loaders",
-    **dict.fromkeys(("ProbeResult", "evaluate_encoder", "extract_features", "knn_top1", "linear_probe"),
-                    "hscl_zoo.evaluation"),
+    "evaluate_encoder": "hscl_zoo.evaluation",
+    "extract_features": "hscl_zoo.features",
+    **dict.fromkeys(("ProbeResult", "knn_top1", "linear_probe"), "hscl_zoo.probes"),
     # exact large-batch gradients in small memory
     **dict.fromkeys(("BATCHNORM_MODES", "gradient_cache_backward", "prepare_batchnorm"),
                     "hscl_zoo.training.gradient_cache"),
@@ -48,11 +49,13 @@ if _TYPE_CHECKING:
     from hscl_zoo.data.loaders import make_loader
     from hscl_zoo.data.transforms import eval_transform, simclr_transform
     from hscl_zoo.data.views import MultiViewDataset
-    from hscl_zoo.evaluation import ProbeResult, evaluate_encoder, extract_features, knn_top1, linear_probe
+    from hscl_zoo.evaluation import evaluate_encoder
+    from hscl_zoo.features import extract_features
     from hscl_zoo.losses.diagnostics import DiagnosticsMeter, assumption_fraction, lemma_losses
     from hscl_zoo.losses.methods import LOSS_NAMES, METHODS, MethodSpec, build_loss, register_method
     from hscl_zoo.losses.objective import ContrastiveLoss
     from hscl_zoo.models import ContrastiveEncoder, create_model
+    from hscl_zoo.probes import ProbeResult, knn_top1, linear_probe
     from hscl_zoo.training.gradient_cache import BATCHNORM_MODES, gradient_cache_backward, prepare_batchnorm
     from hscl_zoo.zoo.hub import load
     from hscl_zoo.zoo.registry import ZooEntry, info, list_models
