@@ -62,14 +62,20 @@ def train_epochs(
     """The epochs still to train (after the latest checkpoint with --resume, from within an epoch
     when a signal stopped it there), each logged to metrics.jsonl and checkpointed when due.
     Returns the signal that stopped training (after a checkpoint and the resume instructions),
-    or None when every epoch ran."""
-    start_epoch, start_step, carried = 1, 0, (0.0, 0)
+    or None when every epoch ran.
+
+    A signal stops the run after the step it arrived in, unless that step is its epoch's last
+    (or the signal came between steps): then the epoch ends as usual, with its record, and is
+    checkpointed whether due or not. So a checkpoint within an epoch always has a step left to
+    resume with; it also carries the epoch's pooled diagnostics sums, which the resumed pass
+    continues from, so the epoch's record covers all its steps."""
+    start_epoch, start_step, carried, carried_diagnostics = 1, 0, (0.0, 0), None
     metrics_path = run_dir / "metrics.jsonl"
     generator = augment.generator if augment is not None else None
     if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
         state = load_checkpoint(accelerator, checkpoint, queue=loss_fn.queue, generator=generator)
         start_epoch, start_step = state["epoch"] + 1, state.get("step", 0)
-        carried = (state.get("loss_sum", 0.0), start_step)
+        carried, carried_diagnostics = (state.get("loss_sum", 0.0), start_step), state.get("diagnostics")
         if accelerator.is_main_process:
             rewrite_metrics_upto(metrics_path, state["epoch"])
             within = f", step {start_step} of epoch {start_epoch}" if start_step else ""
@@ -77,6 +83,7 @@ def train_epochs(
     elif accelerator.is_main_process and metrics_path.exists():
         metrics_path.unlink()
 
+    epoch_steps = len(loader)
     last_record = time.perf_counter()
     for epoch in range(start_epoch, cfg.epochs + 1):
         loader.set_epoch(epoch)
@@ -92,15 +99,13 @@ def train_epochs(
         model.train()
         record = train_epoch(cfg, epoch, accelerator, epoch_loader, augment, forward, optimizer, loss_fn,
                              channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"],
-                             start_step=skip, carried=carried if skip else (0.0, 0), stop=stop)
+                             epoch_steps=epoch_steps, start_step=skip, carried=carried if skip else (0.0, 0),
+                             carried_diagnostics=carried_diagnostics if skip else None, stop=stop)
         if "stopped_by" in record:
-            save_checkpoint(accelerator, run_dir, epoch - 1, {"config": cfg.to_dict(), "loss_sum": record["loss_sum"]},
-                            step=record["step"], keep=cfg.keep_checkpoints, queue=loss_fn.queue, generator=generator)
-            if accelerator.is_main_process:
-                name = signal.Signals(record["stopped_by"]).name
-                print(f"{name}: stopped in epoch {epoch} after step {record['step']}; checkpoint written to "
-                      f"{run_dir / 'checkpoints'}. Continue with the same launch command and --output_dir {run_dir} "
-                      "--resume", flush=True)
+            kept = {key: record[key] for key in ("loss_sum", "diagnostics") if key in record}
+            save_checkpoint(accelerator, run_dir, epoch - 1, {"config": cfg.to_dict(), **kept}, step=record["step"],
+                            keep=cfg.keep_checkpoints, queue=loss_fn.queue, generator=generator)
+            announce_stop(accelerator, record["stopped_by"], f"in epoch {epoch} after step {record['step']}", run_dir)
             return record["stopped_by"]
         if accelerator.is_main_process:
             if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
@@ -116,11 +121,22 @@ def train_epochs(
                 print(warning, flush=True)
         if cfg.log_with:
             accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
-        if due(epoch, cfg.checkpoint_every, cfg.epochs):
+        stopped_by = stop.requested(accelerator)
+        if stopped_by is not None or due(epoch, cfg.checkpoint_every, cfg.epochs):
             save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints,
                             queue=loss_fn.queue)
+        if stopped_by is not None:
+            announce_stop(accelerator, stopped_by, f"after epoch {epoch}", run_dir)
+            return stopped_by
         last_record = time.perf_counter()
     return None
+
+
+def announce_stop(accelerator: Accelerator, signum: int, where: str, run_dir: Path) -> None:
+    """Tell (main process) where a signal stopped the run and how to continue it."""
+    if accelerator.is_main_process:
+        print(f"{signal.Signals(signum).name}: stopped {where}; checkpoint written to {run_dir / 'checkpoints'}. "
+              f"Continue with the same launch command and --output_dir {run_dir} --resume", flush=True)
 
 
 def due(epoch: int, every: int, last: int) -> bool:
@@ -141,8 +157,10 @@ def train_epoch(
     *,
     channels_last: bool,
     diagnostics_every: int = 1,
+    epoch_steps: int | None = None,
     start_step: int = 0,
     carried: tuple[float, int] = (0.0, 0),
+    carried_diagnostics: list[float] | None = None,
     stop: StopOnSignal | None = None,
 ) -> dict[str, Any]:
     """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
@@ -152,10 +170,14 @@ def train_epoch(
     (for the progress bar) and the diagnostics updated every `diagnostics_every` steps.
 
     A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
-    and count of the steps before it (the diagnostics cover only the steps after it). When `stop`
-    reports a signal after a step, the pass ends there and the record is instead
-    ``{"stopped_by": signal, "step": steps done in the epoch, "loss_sum": their summed loss}``."""
+    and count of the steps before it and `carried_diagnostics` their diagnostics sums, pooled over
+    processes (the main process's meter continues from them). When `stop` reports a signal after
+    a step other than the epoch's last (of `epoch_steps`; None: never the last), the pass ends
+    there and the record is instead ``{"stopped_by": signal, "step": steps done in the epoch,
+    "loss_sum": their summed loss, "diagnostics": the pooled sums}`` (no sums without diagnostics)."""
     meter = diagnostics_meter(cfg, loss_fn)
+    if carried_diagnostics is not None and accelerator.is_main_process:
+        meter.start_from(torch.tensor(carried_diagnostics, dtype=torch.float64, device=accelerator.device))
     loss_sum = torch.full((), carried[0], device=accelerator.device)
     steps, seen, started = carried[1], 0, time.perf_counter()
     bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
@@ -182,9 +204,12 @@ def train_epoch(
             meter.update(z.detach().float(), labels)
         if step % LOG_EVERY == 0 and not bar.disable:
             bar.set_postfix(loss=f"{loss.item():.4f}")
-        if stop is not None and (signum := stop.requested(accelerator)) is not None:
+        if stop is not None and steps != epoch_steps and (signum := stop.requested(accelerator)) is not None:
             bar.close()
-            return {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
+            stopped = {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
+            if cfg.diagnostics:
+                stopped["diagnostics"] = accelerator.reduce(meter.state().to(accelerator.device), reduction="sum").tolist()
+            return stopped
     if accelerator.device.type == "cuda":
         torch.cuda.synchronize(accelerator.device)
     seconds = time.perf_counter() - started
