@@ -1,5 +1,6 @@
 """The package's import rules (docs/architecture.md, "Layers"): every module of hscl_zoo/ sits in
-one layer of `LAYERS`, imports only its own layer and those below, and no import circle exists.
+one layer of `LAYERS`, imports only its own layer and those below, and no import circle exists;
+and no module outgrows `MAX_LINES`.
 
 Every import statement counts, wherever it is: at module level, inside a function, under
 ``if TYPE_CHECKING:``, relative or absolute. A deferred import is still a dependency: it only
@@ -37,6 +38,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """The layers, lowest first: a module may import its own layer and those listed before it. A
 module's layer is the one naming it exactly, else the one whose wildcard matches it."""
+
+MAX_LINES = 500
+"""A module longer than this holds more than one job: split it by job (docs/architecture.md)."""
 
 
 def module_files(package: Path) -> dict[str, Path]:
@@ -149,6 +153,11 @@ def test_no_module_imports_a_higher_layer(graph):
 
 def test_no_import_circles(graph):
     assert cycles(graph) == []
+
+
+def test_no_module_is_over_the_line_bound():
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in module_files(PACKAGE).items()}
+    assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
 
 
 def test_the_architecture_doc_states_these_layers():
