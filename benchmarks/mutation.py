@@ -58,14 +58,15 @@ LOSS_TESTS = (
 LOSS_FILES = tuple(sorted(f.relative_to(ROOT).as_posix() for f in (ROOT / "hscl_zoo" / "losses").glob("*.py")
                           if "def " in f.read_text()))  # files without a function have no mutant
 REPRODUCTION_TESTS = ("tests/test_reproduce.py", "tests/test_reproduction_rules.py")
+EVALUATION_TESTS = ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
+                    "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py")
 TARGETS: dict[str, tuple[str, ...]] = {
     **{loss_file: LOSS_TESTS for loss_file in LOSS_FILES},  # one target per file: one can be re-measured alone
     "hscl_zoo/training/gradient_cache.py": ("tests/test_gradient_cache.py", "tests/test_gradient_cache_recipe.py"),
     "hscl_zoo/training/steps.py": ("tests/test_gradient_cache_recipe.py", "tests/test_large_batch_recipe.py"),
     "hscl_zoo/reproduction/statistics.py": REPRODUCTION_TESTS,
     "hscl_zoo/reproduction/summary.py": REPRODUCTION_TESTS,
-    "hscl_zoo/evaluation.py": ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
-                               "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py"),
+    **dict.fromkeys(("hscl_zoo/evaluation.py", "hscl_zoo/features.py", "hscl_zoo/probes.py"), EVALUATION_TESTS),
     "hscl_zoo/zoo/hub.py": (
         "tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py"),
 }

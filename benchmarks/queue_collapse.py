@@ -33,7 +33,7 @@ from provenance import command_line, git_commit, machine, utc_now  # benchmarks/
 from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.reproduction.budgets import BUDGETS
 from hscl_zoo.reproduction.studies import STUDIES
-from hscl_zoo.training.pretrain import (
+from hscl_zoo.training.setup import (
     build_encoder,
     build_optimizer,
     load_training_data,

@@ -10,6 +10,7 @@ the registry (``hscl_zoo.list_models``, ``hscl_zoo.info``) is read without loadi
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from hscl_zoo import hub_link as _hub_link
 from hscl_zoo._lazy import lazy_exports as _lazy_exports
 from hscl_zoo._version import __version__
 
@@ -30,14 +31,16 @@ _EXPORTS = {
     **dict.fromkeys(("eval_transform", "simclr_transform"), "hscl_zoo.data.transforms"),
     "MultiViewDataset": "hscl_zoo.data.views",
     "make_loader": "hscl_zoo.data.loaders",
-    **dict.fromkeys(("ProbeResult", "evaluate_encoder", "extract_features", "knn_top1", "linear_probe"),
-                    "hscl_zoo.evaluation"),
+    "evaluate_encoder": "hscl_zoo.evaluation",
+    "extract_features": "hscl_zoo.features",
+    **dict.fromkeys(("ProbeResult", "knn_top1", "linear_probe"), "hscl_zoo.probes"),
     # exact large-batch gradients in small memory
     **dict.fromkeys(("BATCHNORM_MODES", "gradient_cache_backward", "prepare_batchnorm"),
                     "hscl_zoo.training.gradient_cache"),
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
+_hub_link.connect(__getattr__)  # the encoder's Hub methods reach load / save_pretrained / push_to_hub through it
 
 if _TYPE_CHECKING:
     from hscl_zoo.losses.compat import MetricLearningLoss, NTXentLoss, SupConLoss
@@ -46,11 +49,13 @@ if _TYPE_CHECKING:
     from hscl_zoo.data.loaders import make_loader
     from hscl_zoo.data.transforms import eval_transform, simclr_transform
     from hscl_zoo.data.views import MultiViewDataset
-    from hscl_zoo.evaluation import ProbeResult, evaluate_encoder, extract_features, knn_top1, linear_probe
+    from hscl_zoo.evaluation import evaluate_encoder
+    from hscl_zoo.features import extract_features
     from hscl_zoo.losses.diagnostics import DiagnosticsMeter, assumption_fraction, lemma_losses
     from hscl_zoo.losses.methods import LOSS_NAMES, METHODS, MethodSpec, build_loss, register_method
     from hscl_zoo.losses.objective import ContrastiveLoss
     from hscl_zoo.models import ContrastiveEncoder, create_model
+    from hscl_zoo.probes import ProbeResult, knn_top1, linear_probe
     from hscl_zoo.training.gradient_cache import BATCHNORM_MODES, gradient_cache_backward, prepare_batchnorm
     from hscl_zoo.zoo.hub import load
     from hscl_zoo.zoo.registry import ZooEntry, info, list_models

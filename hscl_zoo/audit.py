@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from hscl_zoo.data.transforms import eval_transform, simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.features import extract_features
 from hscl_zoo.losses.diagnostics import DiagnosticsMeter
 from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
 
@@ -136,7 +137,7 @@ def audit(
             ``pretrained_cfg``; ``training_summary`` for the run's temperature and hardening).
         data: labelled splits; only the test split is read.
         head: the linear probe, ``{"weight": (C, D), "bias": (C,)}`` on raw features (what
-            :func:`hscl_zoo.evaluation.linear_probe` returns); default: ``model.classifier``.
+            :func:`hscl_zoo.probes.linear_probe` returns); default: ``model.classifier``.
         features: the test split's ``(features, labels)`` from ``model.encode`` with the eval
             transform, when already extracted (saves a pass).
         batch_size: test images per batch of the Assumption 1 meter (two views each).
@@ -148,8 +149,6 @@ def audit(
         ``alignment``, ``uniformity``, ``assumption_fraction``, ``assumption_anchors`` and
         ``protocol``; JSON-serialisable.
     """
-    from hscl_zoo.evaluation import extract_features  # evaluation calls this module
-
     if not data.class_names:
         raise ValueError("the audit needs labels: this dataset is unlabelled.")
     test = data.test

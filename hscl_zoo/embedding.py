@@ -24,7 +24,7 @@ import torch
 
 from hscl_zoo.data import DATASETS, load_splits
 from hscl_zoo.data.sources import IMAGE_EXTENSIONS, is_source
-from hscl_zoo.evaluation import extract_features
+from hscl_zoo.features import extract_features
 from hscl_zoo.models import ContrastiveEncoder
 
 __all__ = ["IMAGE_EXTENSIONS", "EMBEDDING_FORMATS", "Embeddings", "image_files", "check_output_path", "embed",

@@ -3,8 +3,9 @@
 A ``ContrastiveEncoder`` is fully described by a JSON-able config in the shape timm uses for Hub
 checkpoints (``architecture``, ``num_classes``, ``label_names``, ``pretrained_cfg``,
 ``model_args``), so ``ContrastiveEncoder.from_config(model.model_config())`` rebuilds the same
-architecture. This module knows nothing of files, the Hub or datasets (see ``hscl_zoo.zoo.hub``);
-it needs timm and the evaluation transform (``hscl_zoo.data.transforms``) only.
+architecture. This module knows nothing of files, the Hub or datasets (see ``hscl_zoo.zoo.hub``):
+it needs timm, the evaluation transform (``hscl_zoo.data.transforms``) and the config schema
+(``hscl_zoo.zoo.schema``) only, and its Hub methods reach the zoo through ``hscl_zoo.hub_link``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import timm
 import torch
@@ -22,17 +23,13 @@ from timm.models.resnet import ResNet
 from torch import nn
 
 from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS, eval_transform
-
-if TYPE_CHECKING:
-    from hscl_zoo.zoo.saving import PushResult
+from hscl_zoo.hub_link import CONFIG_LIBRARY_NAME, zoo_function
+from hscl_zoo.zoo.schema import TIMM_KWARGS, check_config
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
 
 SMALL_IMAGE_MAX_SIZE = 64
 """Image sizes up to this use the small (CIFAR) stem by default on ResNet-family backbones."""
-
-CONFIG_LIBRARY_NAME = "hscl_zoo"
-"""Marks a config.json as an hscl_zoo encoder (as opposed to a plain timm checkpoint)."""
 
 _MODEL_ARG_KEYS = ("image_size", "small_stem", "proj_hidden_dim", "proj_dim")
 _RESERVED_TIMM_KWARGS = ("num_classes", "model_name", "pretrained_cfg", "checkpoint_path")
@@ -272,8 +269,6 @@ class ContrastiveEncoder(nn.Module):
         key and the fix), so a plain timm config or a hand-edited file is caught before anything is
         built, and only the schema's ``TIMM_KWARGS`` reach ``timm.create_model``.
         """
-        from hscl_zoo.zoo.schema import TIMM_KWARGS, check_config
-
         check_config(dict(config) if isinstance(config, Mapping) else config)
         model_args, pretrained_cfg = config["model_args"], config["pretrained_cfg"]
         image_size = model_args["image_size"]
@@ -298,25 +293,20 @@ class ContrastiveEncoder(nn.Module):
     def from_pretrained(cls, source: Any, **kwargs: Any) -> ContrastiveEncoder:
         """The Hugging Face spelling of ``hscl_zoo.load(source, **kwargs)``: a zoo name,
         ``hf-hub:owner/name[@revision]``, ``local-dir:/path`` or a folder."""
-        from hscl_zoo.zoo.hub import load
-
-        return load(source, **kwargs)
+        return zoo_function("load")(source, **kwargs)
 
     def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None) -> Path:
         """``hscl_zoo.save_pretrained(self, save_directory)``; ``training`` defaults to the summary the
         model was loaded with, so a loaded model saves back whole. Returns the folder."""
-        from hscl_zoo.zoo.saving import save_pretrained
+        training = self.training_summary if training is None else training
+        return zoo_function("save_pretrained")(self, save_directory, training=training)
 
-        return save_pretrained(self, save_directory, training=self.training_summary if training is None else training)
-
-    def push_to_hub(self, repo_id: str, **kwargs: Any) -> PushResult:
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
         """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,
         revision, commit_message); ``training`` defaults as in ``save_pretrained``. Returns the
-        ``PushResult`` (commit and sha256 to pin)."""
-        from hscl_zoo.zoo.saving import push_to_hub
-
+        ``hscl_zoo.zoo.saving.PushResult`` (commit and sha256 to pin)."""
         kwargs.setdefault("training", self.training_summary)
-        return push_to_hub(self, repo_id, **kwargs)
+        return zoo_function("push_to_hub")(self, repo_id, **kwargs)
 
 
 class _ProjectionNetwork(nn.Module):

@@ -202,7 +202,7 @@ def test_double_compilation_is_guarded():
     from accelerate.state import AcceleratorState
     from accelerate.utils import TorchDynamoPlugin
 
-    from hscl_zoo.training.pretrain import compiled_forward
+    from hscl_zoo.training.setup import compiled_forward
 
     model = torch.nn.Linear(2, 2)
     AcceleratorState._reset_state(reset_partial_state=True)  # an earlier in-process run may have set it up

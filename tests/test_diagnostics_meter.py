@@ -135,3 +135,27 @@ def test_meter_refuses_bad_inputs_when_it_reports():
     assert meter.compute()["diagnostics_unlabelled_anchors"] == V
     with pytest.raises(ValueError, match="integer class ids"):  # shapes and dtypes are checked at once
         meter.update(f, torch.zeros(6))
+
+
+def test_a_meter_started_from_a_saved_state_continues_it_exactly():
+    """A run resumed within an epoch starts its meter from the sums saved at the stop: fed the
+    remaining batches, it holds the sums of all of them, added in the order one meter fed every
+    batch adds them (so equal to its bits), and it still refuses bad input."""
+    data = batches(torch.float64)
+    whole, first, resumed = (DiagnosticsMeter(threshold=0.1) for _ in range(3))
+    for f, y in data:
+        whole.update(f, y)
+    for f, y in data[:2]:
+        first.update(f, y)
+    resumed.start_from(torch.tensor(first.state().tolist(), dtype=torch.float64))  # through JSON's floats
+    for f, y in data[2:]:
+        resumed.update(f, y)
+    assert torch.equal(resumed.state(), whole.state())
+    torch.testing.assert_close(resumed.state(), expected_state(data, threshold=0.1), rtol=1e-12, atol=0)
+    assert resumed.compute() == whole.compute()
+
+    resumed.update(data[0][0], torch.full_like(data[0][1], -3))
+    with pytest.raises(ValueError, match="label -3 is negative"):
+        resumed.compute()
+    with pytest.raises(ValueError, match=r"a state holds \d+ sums, got shape \(3,\)"):
+        DiagnosticsMeter(beta=1.0).start_from(torch.zeros(3))

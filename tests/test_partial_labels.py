@@ -138,7 +138,7 @@ def test_train_on_unlabelled_false_pretrains_on_the_labelled_images_only():
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    from hscl_zoo.training.pretrain import load_training_data
+    from hscl_zoo.training.setup import load_training_data
 
     AcceleratorState._reset_state(reset_partial_state=True)  # an earlier in-process run may have set one up
     accelerator = Accelerator(cpu=True)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from test_pretrain import ENV, RECIPE, ROOT
@@ -86,3 +87,57 @@ def test_ctrl_c_checkpoints_and_exits_130_and_a_second_one_exits_at_once(tmp_pat
     assert "stopping now, without a checkpoint" in stderr
     assert not any("_step_" in p.name for p in (out / "checkpoints").iterdir())
     assert not (out / "run.lock").exists()
+
+
+STOPPER = Path(__file__).with_name("stop_at_step.py")
+TINY = ["--backbone", "test_resnet", "--subset", "128", "--batch_size", "32", "--epochs", "2", "--probe_epochs", "1",
+        "--monitor_train_size", "64"]  # 4 steps of 32 images per epoch, 2 epochs
+STEPS_PER_EPOCH = 4
+TIMINGS = {"views_per_second", "epoch_seconds", "wall_seconds", "monitor_seconds"}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+
+
+def records(out: Path) -> list[dict]:
+    """metrics.jsonl without its timings (which differ between any two runs)."""
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    done = run(str(RECIPE), *TINY, "--output_dir", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", [1, 6, 4, 8], ids=["first-step", "middle-step-last-epoch", "last-step",
+                                                    "last-step-last-epoch"])
+def test_a_run_stopped_at_any_step_resumes_to_the_uninterrupted_result(uninterrupted, tmp_path, step):
+    """SIGTERM during a given step of the run: within an epoch the loop stops after that step; at an
+    epoch's last step it ends the epoch (record, checkpoint) first, so no checkpoint is left with
+    nothing to resume. Either way --resume finishes the run with the uninterrupted run's weights,
+    losses and diagnostics (the resumed epoch's diagnostics cover all its steps)."""
+    out = tmp_path / "run"
+    stopped = run(str(STOPPER), str(step), *TINY, "--output_dir", str(out))
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    done_epochs, within = divmod(step, STEPS_PER_EPOCH)
+    latest = sorted(p.name for p in (out / "checkpoints").iterdir())[-1]
+    if within:
+        assert f"SIGTERM: stopped in epoch {done_epochs + 1} after step {within};" in stopped.stdout
+        assert latest == f"epoch_{done_epochs:04d}_step_{within:06d}"
+    else:
+        assert f"SIGTERM: stopped after epoch {done_epochs};" in stopped.stdout
+        assert latest == f"epoch_{done_epochs:04d}"
+    assert not (out / "hub").exists()
+
+    resumed = run(str(RECIPE), "--output_dir", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = load_file(uninterrupted / "hub" / "model.safetensors")
+    b = load_file(out / "hub" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    assert records(out) == records(uninterrupted)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import datasets
 
-    from hscl_zoo.data.catalog import DatasetSpec
+    from hscl_zoo.data.spec import DatasetSpec
 
 DIGITS_IMAGE_SIZE = 16
 DIGITS_TEST_SIZE = 360

@@ -233,6 +233,15 @@ class DiagnosticsMeter:
         self._sums: Tensor | None = None  # laid out as state(), on the device of the first update's features
         self._refused: Tensor | None = None  # (labels negative but not -1, the most negative of them, non-finite rows)
 
+    def start_from(self, state: Tensor) -> None:
+        """Continue from an earlier `state()` (a run resumed within an epoch): later updates add
+        to it in the order an uninterrupted meter's would, so the summary covers both parts."""
+        if state.shape != (self.state_size,):
+            raise ValueError(f"DiagnosticsMeter.start_from: a state holds {self.state_size} sums, got shape "
+                             f"{tuple(state.shape)}; pass what state() returned.")
+        self._sums = state.to(torch.float64).clone()
+        self._refused = torch.zeros(3, dtype=torch.int64, device=state.device)
+
     def update(self, features: Tensor, labels: Tensor) -> None:
         sums, refused = self._batch_sums(features, labels)
         if self._sums is None:

@@ -2,7 +2,10 @@
 monitors, and the Hub-ready folder at the end.
 
     config          PretrainConfig: defaults, YAML files, --key value overrides
-    pretrain        pretrain(argv) / main(argv): the loop `recipes/pretrain.py` runs
+    pretrain        pretrain(argv) / main(argv): the run `recipes/pretrain.py` runs, in three parts:
+    setup             the run's setup: arguments, run folder, data, encoder, optimizer, views
+    epochs            the epochs: one pass, resume, the monitors' calls, checkpoints, a stop
+    finish            the run's end: linear probe, linear_eval.json, the Hub-ready folder
     monitoring      the kNN monitor, the paper's diagnostics, metrics.jsonl upkeep
     checkpointing   per-epoch checkpoints that a crash cannot corrupt (and the loss's memory queue)
     steps           the gradient-cache step the loop takes with chunk_size

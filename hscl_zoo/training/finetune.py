@@ -42,11 +42,13 @@ from hscl_zoo.data.datasets import LoadedData, load_splits
 from hscl_zoo.data.loaders import make_loader
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
-from hscl_zoo.evaluation import extract_features, topk_accuracy
+from hscl_zoo.features import extract_features
 from hscl_zoo.losses.methods import METHODS, build_loss, get_method
 from hscl_zoo.models import ContrastiveEncoder
+from hscl_zoo.probes import topk_accuracy
 from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from hscl_zoo.training.pretrain import build_optimizer, due, run_contents
+from hscl_zoo.training.epochs import due
+from hscl_zoo.training.setup import build_optimizer, run_contents
 from hscl_zoo.zoo.hub import load
 from hscl_zoo.zoo.saving import save_pretrained
 

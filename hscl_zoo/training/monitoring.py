@@ -13,11 +13,12 @@ from accelerate import Accelerator
 
 from hscl_zoo.data.datasets import LoadedData, balanced_subset
 from hscl_zoo.data.raw_images import RawImageDataset
-from hscl_zoo.evaluation import extract_features, knn_top1
+from hscl_zoo.features import extract_features
 from hscl_zoo.losses.diagnostics import DiagnosticsMeter
 from hscl_zoo.losses.hardening import ExponentialTilt
 from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder
+from hscl_zoo.probes import knn_top1
 from hscl_zoo.training.config import PretrainConfig
 
 __all__ = ["collapse_warning", "diagnostics_meter", "monitor_split", "monitor_test_split", "KnnMonitor", "reduce_diagnostics",

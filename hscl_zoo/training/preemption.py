@@ -3,7 +3,8 @@
 A cluster preempts a job with SIGTERM (SLURM: also SIGUSR1 ahead of time with
 ``--signal=USR1@90``), a user with Ctrl-C (SIGINT). `StopOnSignal` turns the first of these into
 a request the loop reads after each step: it finishes that step, writes a checkpoint recording
-the step within the epoch, prints how to resume, and exits 0 (SIGTERM, SIGUSR1: the job did what
+the step within the epoch (at an epoch's last step it ends the epoch first and checkpoints it
+whole), prints how to resume, and exits 0 (SIGTERM, SIGUSR1: the job did what
 was asked) or 130 (SIGINT, as a shell reports Ctrl-C). A second signal ends the process at once.
 With several processes the request is agreed on with one all-reduce per step, so every process
 stops after the same step (a signal may reach only some of them).

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS
-from hscl_zoo.models import CONFIG_LIBRARY_NAME
+from hscl_zoo.hub_link import CONFIG_LIBRARY_NAME
 
 __all__ = ["ConfigSchemaError", "TIMM_KWARGS", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NUM_CLASSES",
            "MAX_PROJ_DIM", "MAX_IMAGE_SIZE", "MAX_PATCH_GRID", "check_config", "parse_config", "read_config"]

@@ -1,0 +1,227 @@
+"""The epochs of a pretraining run: `train_epoch` is one pass over the loader (the steps, the loss,
+the diagnostics, a stop on a signal), `train_epochs` the run's remaining epochs around it (resume
+from a checkpoint, the kNN monitor, metrics.jsonl, checkpoints, and the stop's checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from hscl_zoo.data.datasets import LoadedData
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.losses.objective import ContrastiveLoss
+from hscl_zoo.models import ContrastiveEncoder
+from hscl_zoo.training.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
+from hscl_zoo.training.config import PretrainConfig
+from hscl_zoo.training.monitoring import (
+    KnnMonitor,
+    collapse_warning,
+    diagnostics_meter,
+    reduce_diagnostics,
+    rewrite_metrics_upto,
+)
+from hscl_zoo.training.preemption import StopOnSignal
+from hscl_zoo.training.steps import gradient_cache_step
+
+__all__ = ["LOG_EVERY", "due", "train_epoch", "train_epochs"]
+
+LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
+
+
+def train_epochs(
+    cfg: PretrainConfig,
+    args: argparse.Namespace,
+    accelerator: Accelerator,
+    run_dir: Path,
+    encoder: ContrastiveEncoder,
+    model: torch.nn.Module,
+    data: LoadedData,
+    monitor: KnnMonitor | None,
+    train_set: Dataset,
+    augment: BatchSimCLRAugment | None,
+    loader: Any,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: ContrastiveLoss,
+    *,
+    fast: dict[str, bool],
+    plan: dict[str, Any],
+    stop: StopOnSignal,
+) -> int | None:
+    """The epochs still to train (after the latest checkpoint with --resume, from within an epoch
+    when a signal stopped it there), each logged to metrics.jsonl and checkpointed when due.
+    Returns the signal that stopped training (after a checkpoint and the resume instructions),
+    or None when every epoch ran.
+
+    A signal stops the run after the step it arrived in, unless that step is its epoch's last
+    (or the signal came between steps): then the epoch ends as usual, with its record, and is
+    checkpointed whether due or not. So a checkpoint within an epoch always has a step left to
+    resume with; it also carries the epoch's pooled diagnostics sums, which the resumed pass
+    continues from, so the epoch's record covers all its steps."""
+    start_epoch, start_step, carried, carried_diagnostics = 1, 0, (0.0, 0), None
+    metrics_path = run_dir / "metrics.jsonl"
+    generator = augment.generator if augment is not None else None
+    if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(accelerator, checkpoint, queue=loss_fn.queue, generator=generator)
+        start_epoch, start_step = state["epoch"] + 1, state.get("step", 0)
+        carried, carried_diagnostics = (state.get("loss_sum", 0.0), start_step), state.get("diagnostics")
+        if accelerator.is_main_process:
+            rewrite_metrics_upto(metrics_path, state["epoch"])
+            within = f", step {start_step} of epoch {start_epoch}" if start_step else ""
+            print(f"resuming {run_dir} after epoch {state['epoch']}{within} ({checkpoint.name})", flush=True)
+    elif accelerator.is_main_process and metrics_path.exists():
+        metrics_path.unlink()
+
+    epoch_steps = len(loader)
+    last_record = time.perf_counter()
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        loader.set_epoch(epoch)
+        train_set.set_epoch(epoch)
+        skip = start_step if epoch == start_epoch else 0
+        if augment is not None and not skip:
+            augment.set_epoch(epoch, rank=accelerator.process_index)
+        loss_fn.set_epoch(epoch)
+        epoch_loader = loader
+        if skip:  # a fresh loader starts its own epoch count at 0: set it, or it would shuffle as epoch 0
+            epoch_loader = accelerator.skip_first_batches(loader, skip)
+            epoch_loader.set_epoch(epoch)
+        model.train()
+        record = train_epoch(cfg, epoch, accelerator, epoch_loader, augment, forward, optimizer, loss_fn,
+                             channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"],
+                             epoch_steps=epoch_steps, start_step=skip, carried=carried if skip else (0.0, 0),
+                             carried_diagnostics=carried_diagnostics if skip else None, stop=stop)
+        if "stopped_by" in record:
+            kept = {key: record[key] for key in ("loss_sum", "diagnostics") if key in record}
+            save_checkpoint(accelerator, run_dir, epoch - 1, {"config": cfg.to_dict(), **kept}, step=record["step"],
+                            keep=cfg.keep_checkpoints, queue=loss_fn.queue, generator=generator)
+            announce_stop(accelerator, record["stopped_by"], f"in epoch {epoch} after step {record['step']}", run_dir)
+            return record["stopped_by"]
+        if accelerator.is_main_process:
+            if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
+                monitor_started = time.perf_counter()
+                record["knn_top1"] = monitor(encoder)
+                record["knn_train_images"] = len(monitor.splits[0])
+                record["monitor_seconds"] = time.perf_counter() - monitor_started
+            record["wall_seconds"] = time.perf_counter() - last_record
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+            if (warning := collapse_warning(record, cfg)) is not None:
+                print(warning, flush=True)
+        if cfg.log_with:
+            accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
+        stopped_by = stop.requested(accelerator)
+        if stopped_by is not None or due(epoch, cfg.checkpoint_every, cfg.epochs):
+            save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints,
+                            queue=loss_fn.queue)
+        if stopped_by is not None:
+            announce_stop(accelerator, stopped_by, f"after epoch {epoch}", run_dir)
+            return stopped_by
+        last_record = time.perf_counter()
+    return None
+
+
+def announce_stop(accelerator: Accelerator, signum: int, where: str, run_dir: Path) -> None:
+    """Tell (main process) where a signal stopped the run and how to continue it."""
+    if accelerator.is_main_process:
+        print(f"{signal.Signals(signum).name}: stopped {where}; checkpoint written to {run_dir / 'checkpoints'}. "
+              f"Continue with the same launch command and --output_dir {run_dir} --resume", flush=True)
+
+
+def due(epoch: int, every: int, last: int) -> bool:
+    """Whether a per-epoch task (kNN monitor, checkpoint) set to run `every` epochs runs after
+    `epoch`: on multiples of `every`, and always after the last epoch."""
+    return epoch % every == 0 or epoch == last
+
+
+def train_epoch(
+    cfg: PretrainConfig,
+    epoch: int,
+    accelerator: Accelerator,
+    loader: Iterable,
+    augment: BatchSimCLRAugment | None,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: ContrastiveLoss,
+    *,
+    channels_last: bool,
+    diagnostics_every: int = 1,
+    epoch_steps: int | None = None,
+    start_step: int = 0,
+    carried: tuple[float, int] = (0.0, 0),
+    carried_diagnostics: list[float] | None = None,
+    stop: StopOnSignal | None = None,
+) -> dict[str, Any]:
+    """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
+
+    `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
+    having finished the last one; the loss is read back from the device every `LOG_EVERY` steps
+    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps.
+
+    A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
+    and count of the steps before it and `carried_diagnostics` their diagnostics sums, pooled over
+    processes (the main process's meter continues from them). When `stop` reports a signal after
+    a step other than the epoch's last (of `epoch_steps`; None: never the last), the pass ends
+    there and the record is instead ``{"stopped_by": signal, "step": steps done in the epoch,
+    "loss_sum": their summed loss, "diagnostics": the pooled sums}`` (no sums without diagnostics)."""
+    meter = diagnostics_meter(cfg, loss_fn)
+    if carried_diagnostics is not None and accelerator.is_main_process:
+        meter.start_from(torch.tensor(carried_diagnostics, dtype=torch.float64, device=accelerator.device))
+    loss_sum = torch.full((), carried[0], device=accelerator.device)
+    steps, seen, started = carried[1], 0, time.perf_counter()
+    bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
+               initial=start_step)
+    for step, (images, labels, _) in enumerate(bar, start_step):
+        views = augment(images) if augment is not None else images
+        B, V = views.shape[:2]
+        optimizer.zero_grad(set_to_none=True)
+        if cfg.chunk_size is not None:
+            loss, z = gradient_cache_step(forward, loss_fn, views, labels, chunk_size=cfg.chunk_size,
+                                          backward=accelerator.backward, channels_last=channels_last)
+        else:
+            x = views.flatten(0, 1)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            z = forward(x).view(B, V, -1)
+            loss = loss_fn(z, labels)
+            accelerator.backward(loss)
+        optimizer.step()
+        loss_sum += loss.detach()
+        steps += 1
+        seen += B * V * accelerator.num_processes
+        if cfg.diagnostics and step % diagnostics_every == 0:
+            meter.update(z.detach().float(), labels)
+        if step % LOG_EVERY == 0 and not bar.disable:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+        if stop is not None and steps != epoch_steps and (signum := stop.requested(accelerator)) is not None:
+            bar.close()
+            stopped = {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
+            if cfg.diagnostics:
+                stopped["diagnostics"] = accelerator.reduce(meter.state().to(accelerator.device), reduction="sum").tolist()
+            return stopped
+    if accelerator.device.type == "cuda":
+        torch.cuda.synchronize(accelerator.device)
+    seconds = time.perf_counter() - started
+    record: dict[str, Any] = {
+        "epoch": epoch,
+        "train_loss": accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item(),
+        "views_per_second": seen / seconds,
+        "epoch_seconds": seconds,
+    }
+    level = getattr(loss_fn.hardening, "current_level", None)
+    if level is not None:
+        record["threshold"] = level
+    if cfg.diagnostics:
+        record.update(reduce_diagnostics(accelerator, meter))
+    return record

@@ -1,0 +1,253 @@
+"""A pretraining run's setup, everything before its first step: the arguments and the run folder
+(refuse, resume or overwrite), the data, the encoder, its optimizer, compilation and the
+training views with their loader. `hscl_zoo.training.pretrain` calls these in that order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DynamoBackend
+from torch.utils.data import Dataset
+
+from hscl_zoo.data.datasets import LoadedData, load_splits
+from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.labelling import partly_labelled
+from hscl_zoo.data.loaders import SeededLoader, make_loader
+from hscl_zoo.data.raw_images import (
+    RawImageDataset,
+    batches_in_flight_warning,
+    shared_memory_free,
+    workers_need_shared_memory,
+)
+from hscl_zoo.data.sources import source_options
+from hscl_zoo.data.transforms import simclr_transform
+from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.models import ContrastiveEncoder, create_model
+from hscl_zoo.training.config import MIN_IMAGE_SIZE, PretrainConfig, parse_overrides
+from hscl_zoo.training.resources import check_memory_fit, estimate_training_memory
+from hscl_zoo.training.run_folder import LOCK_FILE, RunLock, foreign_entries, remove_run_files
+
+__all__ = ["RESUMABLE_CHANGES", "UNLABELLED_HEAD", "build_encoder", "build_optimizer", "check_fresh_folder",
+           "check_image_size", "claim_run_folder", "compiled_forward", "load_training_data", "parse_args",
+           "refuse_what_cannot_fit", "resolve_run", "run_contents", "training_views"]
+
+RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout"}
+UNLABELLED_HEAD = "unlabelled"
+"""The one class name of the (untrained) head of an encoder trained on unlabelled images."""
+
+
+def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
+        epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
+    )
+    parser.add_argument("--config", help="a shipped config by zoo name (hscl-beta-cifar100; 'hscl-zoo list' "
+                        "names them) or a YAML file of config keys")
+    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        overrides = parse_overrides(rest)
+        cfg = PretrainConfig.from_sources(args.config, overrides)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.resume and args.overwrite:
+        parser.error("--resume continues a run and --overwrite deletes it: pass one of them.")
+    return cfg, args, overrides
+
+
+def run_contents(run_dir: Path) -> list[str]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir())
+
+
+def resolve_run(cfg: PretrainConfig, args: argparse.Namespace, overrides: dict[str, str]) -> PretrainConfig:
+    """Decide what happens to output_dir: refuse, resume (with the saved config, in the folder
+    given: an output_dir the saved config names is noted, never followed) or overwrite. Reads
+    only; `claim_run_folder` repeats the checks under the run's lock before anything is written."""
+    run_dir = Path(cfg.output_dir)
+    if args.resume:
+        saved_path = run_dir / "config.json"
+        if not saved_path.is_file():
+            raise SystemExit(f"error: --resume: {run_dir} holds no run (no config.json). Drop --resume to start one there.")
+        try:
+            saved = PretrainConfig.from_dict(json.loads(saved_path.read_text()), source=str(saved_path))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise SystemExit(f"error: --resume: {saved_path} is not a run's config ({error}).") from None
+        if Path(saved.output_dir).resolve() != run_dir.resolve():
+            print(f"note: {saved_path} names output_dir {saved.output_dir} (the run was copied or moved); resuming in "
+                  f"{run_dir}, the folder given.", flush=True)
+        saved = dataclasses.replace(saved, output_dir=str(run_dir))
+        explicit = PretrainConfig.from_sources(args.config, overrides).to_dict() if (args.config or overrides) else {}
+        given = set(overrides) | (set(explicit) if args.config else set())
+        changed = sorted(k for k in given - RESUMABLE_CHANGES - {"output_dir"} if explicit[k] != saved.to_dict()[k])
+        if changed:
+            raise SystemExit(
+                f"error: --resume continues {run_dir} with its saved config; these settings differ from it: "
+                f"{', '.join(f'{k} ({saved.to_dict()[k]!r} saved, {explicit[k]!r} given)' for k in changed)}. "
+                "Drop them, or start a new run with another --output_dir."
+            )
+        return PretrainConfig.from_dict({**saved.to_dict(), **{k: explicit[k] for k in given & RESUMABLE_CHANGES}})
+    check_fresh_folder(run_dir, overwrite=args.overwrite)
+    return cfg
+
+
+def check_fresh_folder(run_dir: Path, *, overwrite: bool) -> None:
+    """Refuse a new run in a folder that holds anything (a run without --overwrite; with it, files
+    no run writes)."""
+    contents = [name for name in run_contents(run_dir) if name != LOCK_FILE]
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise SystemExit(
+            f"error: output_dir {run_dir} holds files no run writes ({', '.join(foreign[:5])}"
+            f"{' ...' if len(foreign) > 5 else ''}): a run starts in a new or empty folder, and --overwrite deletes "
+            "only a run's own files. Choose another --output_dir."
+        )
+    if contents and not overwrite:
+        raise SystemExit(
+            f"error: output_dir {run_dir} already holds a run ({', '.join(contents)}). Pass --resume to continue it, "
+            "--overwrite to delete it and start again, or choose another --output_dir."
+        )
+
+
+def claim_run_folder(run_dir: Path, args: argparse.Namespace, cfg: PretrainConfig) -> RunLock:
+    """Take the run's lock on `run_dir` (main process), check the folder again under it, delete
+    the old run with --overwrite and write config.json: the run's first writes."""
+    lock = RunLock(run_dir).acquire()
+    try:
+        if not args.resume:
+            check_fresh_folder(run_dir, overwrite=args.overwrite)
+            remove_run_files(run_dir)
+        (run_dir / "config.json").write_text(cfg.to_json() + "\n")
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def check_image_size(image_size: int, cfg: PretrainConfig) -> None:
+    """Refuse a run whose images (the dataset's median side, when image_size is unset) are too
+    small to augment and encode."""
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"{cfg.dataset}: its images are {image_size} px (their median shorter side), smaller than the "
+                         f"{MIN_IMAGE_SIZE} px a run trains at; set --image_size 32 (or more) to resize them, or use "
+                         "larger images.")
+
+
+def build_optimizer(cfg: PretrainConfig, params, *, fused: bool) -> torch.optim.Optimizer:
+    fused_arg = {"fused": True} if fused else {}
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused_arg)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused_arg)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, **fused_arg)
+
+
+def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[LoadedData, PretrainConfig]:
+    """The run's dataset (own data measured by the main process first, so the others read its
+    cache), with only ``labelled_fraction`` of its training labels kept (and, with
+    ``train_on_unlabelled`` false, only the labelled images), and the config with the
+    normalisation it will use recorded in ``mean``/``std``.
+
+    Raises ValueError before training when the method (or label-positive pairing) needs labels
+    and the data has none."""
+    with accelerator.main_process_first():
+        data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
+                           **source_options(cfg.to_dict()))
+    data = partly_labelled(data, cfg.labelled_fraction, seed=cfg.seed)
+    if not cfg.train_on_unlabelled:
+        data = data.labelled()
+        if accelerator.is_main_process:
+            print(f"train_on_unlabelled false: pretraining on the {len(data.train)} labelled training images only.",
+                  flush=True)
+    uses_labels = cfg.positives == "labels" or cfg.method_spec.reads_labels
+    if not data.class_names and (uses_labels or cfg.label_positive_pairing):
+        raise ValueError(f"{cfg.dataset} has no labels (no class folders or label column), and method {cfg.method!r}"
+                         f"{' with label_positive_pairing' if cfg.label_positive_pairing else ''} needs them. Train "
+                         "ucl or hucl on unlabelled images, or give one subfolder per class / a label_column.")
+    return data, dataclasses.replace(cfg, mean=cfg.mean or list(data.spec.mean), std=cfg.std or list(data.spec.std))
+
+
+def build_encoder(cfg: PretrainConfig, data: LoadedData, image_size: int) -> ContrastiveEncoder:
+    """The config's backbone and stem at `image_size`, headed for the data's classes (one placeholder
+    class when nothing is labelled), normalising with the config's mean and std."""
+    return create_model(
+        cfg.backbone,
+        num_classes=len(data.class_names) or 1,
+        image_size=image_size,
+        small_stem={"small": True, "default": False, "auto": None}[cfg.stem],
+        class_names=data.class_names or [UNLABELLED_HEAD],
+        mean=cfg.mean,
+        std=cfg.std,
+    )
+
+
+def refuse_what_cannot_fit(cfg: PretrainConfig, model: torch.nn.Module, image_size: int, accelerator: Accelerator) -> None:
+    """Estimate one step's memory on this process (`hscl_zoo.training.resources`) and raise
+    ValueError if it exceeds the device's free memory; print a warning when it comes close."""
+    local = cfg.batch_size // accelerator.num_processes * cfg.views
+    per_pass = cfg.chunk_size * cfg.views if cfg.chunk_size else local  # the cache: chunk_size images' views a pass
+    estimate = estimate_training_memory(model, image_size=image_size, images_per_pass=per_pass, local_views=local,
+                                        global_views=cfg.batch_size * cfg.views, mixed_precision=cfg.mixed_precision,
+                                        optimizer=cfg.optimizer)
+    free, _ = torch.cuda.mem_get_info(accelerator.device)
+    setting = (f"{cfg.backbone} ({cfg.stem} stem) at {image_size} px, {per_pass} views a pass, "
+               f"mixed_precision {cfg.mixed_precision}")
+    warning = check_memory_fit(estimate, free, setting=f"{setting} (memory_check false skips this check)")
+    if warning and accelerator.is_main_process:
+        print(warning, flush=True)
+
+
+def compiled_forward(model: torch.nn.Module, accelerator: Accelerator, *, requested: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model, compiled when `compile` is set, and compiled once: when the Accelerate config's
+    dynamo backend is on, `prepare` has compiled it already (and turned on TF32 for matmuls
+    without mixed precision). The loss always stays eager: its finiteness check and the fused
+    node's buffers reused in backward are not for the compiler."""
+    if accelerator.state.dynamo_plugin.backend != DynamoBackend.NO:
+        if requested and accelerator.is_main_process:
+            print("compile: the Accelerate config's dynamo backend already compiled the model; not compiling it again.",
+                  flush=True)
+        return model
+    return torch.compile(model) if requested else model
+
+
+def training_views(
+    cfg: PretrainConfig,
+    data: LoadedData,
+    image_size: int,
+    accelerator: Accelerator,
+    *,
+    gpu_augment: bool,
+    cache_images: bool,
+) -> tuple[Dataset, BatchSimCLRAugment | None, SeededLoader]:
+    """The training set, the device augmenter (None when the workers augment) and the seeded
+    loader of one process's share of each global batch."""
+    augmentation = simclr_transform(image_size, mean=cfg.mean or data.spec.mean, std=cfg.std or data.spec.std)
+    augment = None
+    if gpu_augment:
+        train_set = RawImageDataset(data.train, cache=cache_images, share=workers_need_shared_memory(cfg.num_workers),
+                                    label_positive=cfg.label_positive_pairing, views=cfg.views, seed=cfg.seed)
+        augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed).to(accelerator.device)
+    else:
+        train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
+                                     label_positive=cfg.label_positive_pairing, seed=cfg.seed)
+    per_process = cfg.batch_size // accelerator.num_processes
+    loader = make_loader(train_set, per_process, shuffle=True, seed=cfg.seed, num_workers=cfg.num_workers,
+                         drop_last=True, pin_memory=accelerator.device.type == "cuda",
+                         persistent_workers=cfg.num_workers > 0)
+    copies = cfg.views if not gpu_augment or cfg.label_positive_pairing else 1
+    image_bytes = 3 * image_size * image_size * copies * (1 if gpu_augment else 4)
+    warning = batches_in_flight_warning(per_process * image_bytes, num_workers=cfg.num_workers,
+                                        shm_free=shared_memory_free())
+    if warning and accelerator.is_local_main_process:
+        print(warning, flush=True)
+    return train_set, augment, loader
