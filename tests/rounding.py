@@ -46,3 +46,12 @@ def near_a_boundary(values: torch.Tensor, boundaries: torch.Tensor | float, dist
     edges = torch.as_tensor(boundaries, dtype=torch.float64).reshape(1, -1)
     gap = torch.as_tensor(distance, dtype=torch.float64).reshape(-1, 1)
     return int(((values - edges).abs() <= gap).any(dim=1).sum())
+
+
+def undecided_argmax(logits: torch.Tensor, reach: torch.Tensor | float) -> torch.Tensor:
+    """Rows of `logits` whose argmax another computation, each logit within `reach` of this one's,
+    may pick differently: the largest and the second largest lie within twice the reach."""
+    top2 = logits.topk(2, dim=1).values
+    reach = torch.as_tensor(reach, dtype=logits.dtype)
+    row_reach = reach.amax(dim=1) if reach.dim() == 2 else reach
+    return top2[:, 0] - top2[:, 1] <= 2 * row_reach
