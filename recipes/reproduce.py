@@ -22,6 +22,7 @@ from typing import Any
 from hscl_zoo.losses import LOSS_NAMES, METHODS
 from hscl_zoo.reproduction.budgets import BUDGETS, RUN_ORDER, Budget, run_settings
 from hscl_zoo.reproduction.figures import plot_histories
+from hscl_zoo.reproduction.claims_table import page_table
 from hscl_zoo.reproduction.report import read_records, render_markdown, update_page, write_csv
 from hscl_zoo.reproduction.runs import run_or_reuse
 from hscl_zoo.reproduction.summary import by_method, display
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> str:
                         help="train nothing: rewrite the summary and figures from the finished runs/*.json")
     parser.add_argument("--readme", type=Path, nargs="+", default=[],
                         help="also rewrite these pages' blocks: <!-- results:BUDGET --> (docs/results.md) with the "
-                             "summary's table and verdicts, <!-- results:headline-BUDGET --> (README.md) with the "
-                             "verdicts in one paragraph")
+                             "summary's table and verdicts, <!-- results:claims --> (README.md, docs/results.md) with "
+                             "the claims x budgets table of every budget beside --out")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out or Path("results") / args.budget
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -73,9 +74,8 @@ def main(argv: list[str] | None = None) -> str:
             for method in (m for m in RUN_ORDER if m in args.methods):
                 run_one(out, budget, method, seed, args.data_dir)
     text = summarise(out, budget)
-    records = read_records(out / "runs") if args.readme else []
     for page in args.readme:
-        update_page(page, budget.name, text, records)
+        update_page(page, budget.name, text, lambda quoted: page_table(out.resolve().parent, quoted))
     print(text)
     return text
 

@@ -1,12 +1,24 @@
-"""Shared fixtures: the offline test datasets beside the checkout and the embedded digits."""
+"""Shared fixtures: the offline test datasets beside the checkout, the embedded digits, and torch's
+thread count kept as the session started."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def session_thread_count():
+    """Every test runs on the thread count the session started with (OMP_NUM_THREADS, else the
+    cores): a benchmark's --threads inside one test must not change the threads, and so the bits,
+    of the tests after it."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from torch import nn
 import hscl_zoo
 from hscl_zoo.audit import alignment, audit, class_accuracy, confused_pairs, uniformity
 from hscl_zoo.data.datasets import label_array
+from rounding import dot_product_bound, undecided_argmax
 
 
 def test_alignment_hand_cases():
@@ -121,11 +122,19 @@ def test_audit_of_a_random_encoder(digits_test):
     assert 0.0 < result["alignment"] < 4.0 and -4.0 < result["uniformity"] < 0.0
     assert 0.0 <= result["assumption_fraction"] <= 1.0
     assert result["protocol"]["assumption_hardening"] == "threshold 0.1"
+    images = torch.stack([model.transform(row["image"]) for row in digits_test.test])
     with torch.no_grad():
-        logits = model(torch.stack([model.transform(row["image"]) for row in digits_test.test]))
+        feats = torch.cat([model.encode(chunk) for chunk in images.split(40)])
+        logits = model.classifier(feats)
+    head = model.classifier
+    reach = dot_product_bound(feats.abs() @ head.weight.abs().T + head.bias.abs(), feats.shape[1] + 1, torch.float32)
+    open_rows = undecided_argmax(logits, reach)
     labels = torch.tensor(label_array(digits_test.test))
     for c in range(10):
         mine = labels == c
         expected = 100.0 * float((logits[mine].argmax(1) == c).float().mean())
-        assert result["class_accuracy"][str(c)] == pytest.approx(expected, abs=1e-9)
+        allowed = 100.0 * int(open_rows[mine].sum()) / int(mine.sum())
+        assert abs(result["class_accuracy"][str(c)] - expected) <= allowed + 1e-9, (
+            f"class {c}: {result['class_accuracy'][str(c)]} against {expected}; the head's two products (one matmul "
+            f"and a bias, or one addmm) may decide only {int(open_rows[mine].sum())} near-tied image(s) differently")
     assert audit(model, digits_test, batch_size=40, progress=False) == result, "seeded: the same audit twice"

@@ -13,6 +13,7 @@ from hscl_zoo import evaluation
 from hscl_zoo.data.datasets import label_array
 from hscl_zoo.data.transforms import eval_transform
 from hscl_zoo.evaluation import evaluate_encoder, extract_features, knn_top1, linear_probe
+from rounding import dot_product_bound, undecided_argmax
 
 
 class PixelEncoder(nn.Module):
@@ -187,8 +188,17 @@ def test_evaluate_encoder_end_to_end(digits):
     assert result["top1"] > 80 and result["knn_top1"] > 80
     assert result["dataset"] == "digits" and result["test_split"] == "test"
     encoder.eval()
+    images = torch.stack([eval_transform(encoder.pretrained_cfg)(row["image"]) for row in digits.test]).flatten(1)
     with torch.no_grad():
-        logits = encoder.classifier(encoder.encode(torch.stack(
-            [eval_transform(encoder.pretrained_cfg)(row["image"]) for row in digits.test])))
+        feats = encoder.encode(images)
+        logits = encoder.classifier(feats)
+    proj, head = encoder.proj, encoder.classifier
+    feature_reach = dot_product_bound(images.abs() @ proj.weight.abs().T + proj.bias.abs(), images.shape[1] + 1,
+                                      torch.float32)
+    reach = feature_reach @ head.weight.abs().T + dot_product_bound(
+        feats.abs() @ head.weight.abs().T + head.bias.abs(), feats.shape[1] + 1, torch.float32)
+    open_rows = int(undecided_argmax(logits, reach).sum())
     accuracy = 100.0 * float((logits.argmax(1) == torch.tensor(label_array(digits.test))).float().mean())
-    assert accuracy == pytest.approx(result["top1"], abs=1e-4)
+    assert abs(accuracy - result["top1"]) <= 100.0 * open_rows / len(logits) + 1e-4, (
+        f"top-1 {result['top1']} against {accuracy} from one batch of the whole test set; batches of another size "
+        f"may decide only {open_rows} near-tied image(s) differently")

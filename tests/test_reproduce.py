@@ -3,6 +3,7 @@ from run files, the H-SCL(tau) threshold read from SCL's measured negatives, a r
 
 import csv
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import t as student_t
 
-from hscl_zoo.reproduction import budgets, report, summary
+from hscl_zoo.reproduction import budgets, claims_table, report, summary
 from hscl_zoo.reproduction.statistics import paired_difference
 
 from helpers import load_script
@@ -129,33 +130,46 @@ def test_committed_summaries_are_what_the_run_files_give(budget, tmp_path):
     readme = (ROOT / "docs" / "results.md").read_text()
     assert report.quote_in_readme(readme, budget, text) == readme, (
         f"docs/results.md's results:{budget} block is stale: python recipes/reproduce.py --budget {budget} --summary-only --readme docs/results.md")
-    front = (ROOT / "README.md").read_text()
-    if budgets.BUDGETS[budget].evidence and budget.startswith("cpu-"):
-        headline = summary.headline(report.read_records(committed / "runs"))
-        assert report.replace_block(front, f"headline-{budget}", headline + "\n") == front, (
-            f"README.md's results:headline-{budget} paragraph is stale (or missing): python recipes/reproduce.py "
-            f"--budget {budget} --summary-only --readme README.md")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_claims_table_each_page_quotes_is_what_the_run_files_give(page):
+    """One claims x budgets table, between `<!-- results:claims -->` markers, rebuilt from every
+    committed budget's runs/*.json, its headers linking from the page to each summary.md."""
+    path = ROOT / page
+    text = path.read_text()
+    table = claims_table.page_table(ROOT / "results", path)
+    assert report.replace_block(text, "claims", table) == text, (
+        f"{page}'s results:claims table is stale (or missing): python recipes/reproduce.py --budget cpu-cifar10-10k "
+        f"--summary-only --readme {page}")
+    committed = sorted(p.name for p in (ROOT / "results").iterdir() if (p / "runs").is_dir())
+    header = table.splitlines()[0]
+    assert all(f"[`{name}`]" in header for name in committed)
+    for target in re.findall(r"\]\(([^)]+/summary\.md)\)", header):
+        assert (path.parent / target).is_file(), target
+    assert "<!-- results:headline-" not in text, "the per-budget paragraphs gave way to the one table"
 
 
 def test_readme_option_fills_whichever_blocks_a_page_has_and_refuses_a_page_with_none(tmp_path):
     driver = load_driver()
-    (tmp_path / "runs").mkdir()
+    out = tmp_path / "tiny-digits"
+    (out / "runs").mkdir(parents=True)
     for seed, (scl, beta) in enumerate([(50.0, 53.0), (52.0, 56.0)]):
         for method, top1 in (("scl", scl), ("hscl-beta", beta)):
-            (tmp_path / "runs" / f"{method}-s{seed}.json").write_text(
+            (out / "runs" / f"{method}-s{seed}.json").write_text(
                 json.dumps(record(method, seed, top1, [30, 40, 50], 0.9)))
     page = tmp_path / "page.md"
     page.write_text("# page\n")
-    with pytest.raises(SystemExit, match="no <!-- results:tiny-digits --> or <!-- results:headline-tiny-digits --> block"):
-        driver.main(["--budget", "tiny-digits", "--summary-only", "--out", str(tmp_path), "--readme", str(page)])
+    with pytest.raises(SystemExit, match="no <!-- results:tiny-digits --> or <!-- results:claims --> block"):
+        driver.main(["--budget", "tiny-digits", "--summary-only", "--out", str(out), "--readme", str(page)])
     assert page.read_text() == "# page\n"
-    page.write_text("a\n<!-- results:headline-tiny-digits -->\nold\n<!-- /results:headline-tiny-digits -->\nb\n")
-    driver.main(["--budget", "tiny-digits", "--summary-only", "--out", str(tmp_path), "--readme", str(page)])
+    page.write_text("a\n<!-- results:claims -->\nold\n<!-- /results:claims -->\nb\n")
+    driver.main(["--budget", "tiny-digits", "--summary-only", "--out", str(out), "--readme", str(page)])
     # differences +3 and +4 (2 seeds) leave an interval across 0: H-SCL(beta) beats SCL is "not reproduced"
-    assert page.read_text().startswith("a\n<!-- results:headline-tiny-digits -->\nThe paper's claims, judged on 2 "
-                                       "seeds per method. **reproduced**: ")
-    assert "**not reproduced**: H-SCL(β) beats SCL in linear-probe top-1;" in page.read_text()
-    assert page.read_text().endswith(".\n<!-- /results:headline-tiny-digits -->\nb\n")
+    lines = page.read_text().splitlines()
+    assert lines[:3] == ["a", "<!-- results:claims -->", "| claim | [`tiny-digits`](tiny-digits/summary.md) |"]
+    assert "| H-SCL(β) beats SCL in linear-probe top-1 | **not reproduced**: +3.50 [-2.85, +9.85], 2 seeds |" in lines
+    assert lines[-2:] == ["<!-- /results:claims -->", "b"]
 
 
 @pytest.mark.slow

@@ -108,10 +108,12 @@ def test_beats_reads_the_interval_against_zero():
     tie = claim(scl + [run("hscl-beta", s, top1=50.0) for s in range(3)], "beats scl")
     assert (tie.verdict, tie.evidence) == ("not reproduced", "paired difference +0.00 points [95 % CI +0.00, +0.00], "
                                            "3 seeds. The interval lies across 0 (a tie at this budget).")
+    assert tie.measure == "+0.00 [+0.00, +0.00], 3 seeds"
     # differences -3, -3.2, -3.1: mean -3.1, sd 0.1, half-width t(0.975, 2) * 0.1 / sqrt(3) = 0.248
     behind = claim(scl + [run("hscl-beta", s, top1=t) for s, t in enumerate((47.0, 46.8, 46.9))], "beats scl")
     assert (behind.verdict, behind.evidence) == ("not reproduced", "paired difference -3.10 points [95 % CI -3.35, -2.85], "
                                                  "3 seeds. The interval lies below 0.")
+    assert behind.measure == "-3.10 [-3.35, -2.85], 3 seeds"
 
 
 def test_reaching_scls_accuracy_at_the_last_allowed_epoch_counts():
@@ -120,18 +122,18 @@ def test_reaching_scls_accuracy_at_the_last_allowed_epoch_counts():
                run("hscl-beta", 0, epochs=4, knn_top1=[40.0, 41.0, 42.0, 43.0])]
     assert claim(records, "reaches") == Verdict(CLAIMS["reaches"], "reproduced",
         "per-epoch kNN monitor, mean over seeds: SCL ends at 40.00 % after 4 epochs; H-SCL(β) first reaches it at "
-        "epoch 1 (the claim needs epoch <= 1).")
+        "epoch 1 (the claim needs epoch <= 1).", "epoch 1 of 4 (needs <= 1)")
 
 
 def test_assumption_needs_more_than_95_percent_and_a_strict_rise():
     flat = [run("hscl-beta", 0, assumption_fraction=[0.95, 0.96, 0.96])]
     assert claim(flat, "assumption") == Verdict(CLAIMS["assumption"], "not reproduced",
         "over 1 H-SCL run and all their epochs the fraction ranges 95.0%-96.0% (last epoch: 96.0% on average); "
-        "it rises at every epoch in 0 of 1 runs.")
+        "it rises at every epoch in 0 of 1 runs.", "95.0%-96.0% of anchors")
     rising = [run("hscl-beta", s, assumption_fraction=[0.96, 0.97, 0.98]) for s in range(2)]
     assert claim(rising, "assumption") == Verdict(CLAIMS["assumption"], "reproduced",
         "over 2 H-SCL runs and all their epochs the fraction ranges 96.0%-98.0% (last epoch: 98.0% on average); "
-        "it rises at every epoch in 2 of 2 runs.")
+        "it rises at every epoch in 2 of 2 runs.", "96.0%-98.0% of anchors")
     assert rows(flat)["hscl-beta"]["assumption_rises_every_epoch"] == 0
     assert rows(rising)["hscl-beta"]["assumption_rises_every_epoch"] == 2
 
@@ -139,11 +141,11 @@ def test_assumption_needs_more_than_95_percent_and_a_strict_rise():
 def test_lemma_holds_at_equality_and_fails_on_one_epoch():
     tied = [run("hscl-beta", 0, loss_hscl=5.0, loss_hucl=5.0), run("scl", 0, loss_hscl=5.0, loss_hucl=5.0)]
     assert claim(tied, "lemma") == Verdict(CLAIMS["lemma"], "reproduced",
-        "held at 3 of 3 epochs of the 1 H-SCL run (6 of 6 epochs over all runs).")
+        "held at 3 of 3 epochs of the 1 H-SCL run (6 of 6 epochs over all runs).", "held at 3 of 3 epochs")
     assert rows(tied)["hscl-beta"]["lemma_hscl_le_hucl_every_epoch"]
     broken = [run("hscl-tau", s, loss_hscl=[5.1, 5.3, 5.1]) for s in range(2)]
     assert claim(broken, "lemma") == Verdict(CLAIMS["lemma"], "not reproduced",
-        "held at 4 of 6 epochs of the 2 H-SCL runs (4 of 6 epochs over all runs).")
+        "held at 4 of 6 epochs of the 2 H-SCL runs (4 of 6 epochs over all runs).", "held at 4 of 6 epochs")
 
 
 def test_ucl_crossing_counts_each_runs_pattern():
@@ -151,7 +153,8 @@ def test_ucl_crossing_counts_each_runs_pattern():
     crossing = run("hscl-tau", 0, loss_hscl=5.1, loss_ucl=[5.1, 5.2, 5.3])
     mixed = run("hscl-tau", 1, loss_hscl=5.1, loss_ucl=[5.0, 5.2, 5.0])
     assert claim([crossing, mixed], "crossing") == Verdict(CLAIMS["crossing"], "not reproduced",
-        "L_UCL against L_HSCL over the epochs of the 2 H-SCL(τ) runs: below, then above: 1, mixed: 1.")
+        "L_UCL against L_HSCL over the epochs of the 2 H-SCL(τ) runs: below, then above: 1, mixed: 1.",
+        "crossed in 1 of 2 runs")
     assert claim([crossing], "crossing").verdict == "reproduced"
 
 
@@ -204,7 +207,7 @@ def test_ordering_judges_each_neighbouring_pair_of_the_papers_order():
         " Measured means: H-SCL(β) 60.00 > H-SCL(τ) 58.00 > SCL 56.00 > H-UCL 54.00 > UCL 52.00; they fall in the "
         "paper's order. Neighbours in the paper's order, paired: H-SCL(β) minus H-SCL(τ) +2.00 [+1.88, +2.12]; "
         "H-SCL(τ) minus SCL +2.00 [+1.88, +2.12]; SCL minus H-UCL +2.00 [+1.88, +2.12]; H-UCL minus UCL +2.00 "
-        "[+1.88, +2.12] (3 seeds). 4 of 4 intervals lie above 0."))
+        "[+1.88, +2.12] (3 seeds). 4 of 4 intervals lie above 0."), "4 of 4 neighbour intervals above 0")
     # SCL and H-SCL(tau) swapped: the means leave the paper's order, that pair's interval lies below 0
     # and H-SCL(beta) minus H-SCL(tau), SCL minus H-UCL become +4 (still above 0)
     swapped = [on("cifar100", {**r, "method": {"scl": "hscl-tau", "hscl-tau": "scl"}.get(r["method"], r["method"])})
@@ -215,26 +218,6 @@ def test_ordering_judges_each_neighbouring_pair_of_the_papers_order():
            "fall in the paper's order." in broken.evidence
     assert "H-SCL(τ) minus SCL -2.00 [-2.12, -1.88]" in broken.evidence
     assert broken.evidence.endswith("3 of 4 intervals lie above 0.")
-
-
-def test_headline_groups_the_claims_by_outcome_in_the_verdicts_order():
-    from hscl_zoo.reproduction.summary import headline
-
-    assert headline([]) == ("The paper's claims, judged on no run yet. **not testable at this budget**: "
-                            + "; ".join(CLAIMS_IN_ORDER) + ".")
-    # SCL on two seeds, H-SCL(beta) on one whose kNN monitor stays below SCL's; assumption fraction
-    # above 0.95 and rising, L_HSCL below L_HUCL: Assumption 1 and Lemma 1 are reproduced, reaching
-    # SCL sooner is not, the rest wait for seeds or methods.
-    records = [run("scl", 0), run("scl", 1), run("hscl-beta", 0, top1=52.0, knn_top1=40.0)]
-    assert headline(records) == (
-        "The paper's claims, judged on seeds per method: SCL 2, H-SCL(β) 1. **reproduced**: "
-        f"{CLAIMS['assumption']}; {CLAIMS['lemma']}. **not reproduced**: {CLAIMS['reaches']}. "
-        "**not testable at this budget**: " + "; ".join(
-            c for c in CLAIMS_IN_ORDER if c not in (CLAIMS["assumption"], CLAIMS["lemma"], CLAIMS["reaches"])) + ".")
-
-
-CLAIMS_IN_ORDER = [CLAIMS["beats scl"], "H-SCL(β) beats H-UCL in linear-probe top-1", "H-SCL(β) beats UCL in linear-probe top-1",
-                   CLAIMS["reaches"], CLAIMS["assumption"], CLAIMS["lemma"], CLAIMS["crossing"], CLAIMS["ordering"]]
 
 
 def test_ordering_counts_an_interval_that_touches_zero_as_not_above():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ from hscl_zoo.reproduction.summary import (
     SAME_LOSS,
     Record,
     by_method,
-    headline,
     mean_curve,
     method_rows,
     verdicts,
@@ -67,20 +67,21 @@ def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:
     return replace_block(readme, budget, results_block(summary_text))
 
 
-def update_page(page: Path, budget: str, summary_text: str, records: list[Record]) -> None:
-    """Rewrite whichever blocks of `page` quote `budget`: `<!-- results:BUDGET -->` (the summary's
-    table and verdicts, as docs/results.md holds) and `<!-- results:headline-BUDGET -->` (the
-    one-paragraph :func:`headline`, as README.md holds); neither present ends the command with the fix."""
+def update_page(page: Path, budget: str, summary_text: str, claims: Callable[[Path], str]) -> None:
+    """Rewrite whichever blocks of `page` quote `budget`'s results: `<!-- results:BUDGET -->` (the
+    summary's table and verdicts, as docs/results.md holds) and `<!-- results:claims -->` (the
+    claims x budgets table, `claims(page)`, as README.md and docs/results.md hold); neither present
+    ends the command with the fix."""
     text = page.read_text()
-    names = [n for n in (budget, f"headline-{budget}") if f"<!-- results:{n} -->" in text]
+    names = [n for n in (budget, "claims") if f"<!-- results:{n} -->" in text]
     if not names:
-        raise SystemExit(f"error: {page}: no <!-- results:{budget} --> or <!-- results:headline-{budget} --> block to "
-                         "quote the results in; add a pair of markers (<!-- results:NAME --> ... <!-- /results:NAME -->).")
+        raise SystemExit(f"error: {page}: no <!-- results:{budget} --> or <!-- results:claims --> block to quote the "
+                         "results in; add a pair of markers (<!-- results:NAME --> ... <!-- /results:NAME -->).")
     try:
         if budget in names:
             text = quote_in_readme(text, budget, summary_text)
-        if f"headline-{budget}" in names:
-            text = replace_block(text, f"headline-{budget}", headline(records) + "\n")
+        if "claims" in names:
+            text = replace_block(text, "claims", claims(page))
     except ValueError as error:
         raise SystemExit(f"error: {page}: {error}") from error
     page.write_text(text)

@@ -33,11 +33,14 @@ Record = dict[str, Any]
 @dataclass(frozen=True)
 class Verdict:
     """One claim of the paper, its verdict ("reproduced", "not reproduced", "not testable at this
-    budget") and the numbers that decide it."""
+    budget"), the numbers that decide it, and `measure`: the deciding figure in a few words (a
+    paired interval, epochs, a count), what a cell of the claims x budgets table shows; empty when
+    the claim is not testable."""
 
     claim: str
     verdict: str
     evidence: str
+    measure: str = ""
 
 
 def display(method: str) -> str:
@@ -136,22 +139,6 @@ def verdicts(records: list[Record]) -> list[Verdict]:
     return out
 
 
-def headline(records: list[Record]) -> str:
-    """The verdicts in one paragraph, grouped by outcome (what the README quotes for a budget)."""
-    groups = by_method(records)
-    counts = {len(rs) for rs in groups.values()}
-    seeds = (f"{_count(counts.pop(), 'seed')} per method" if len(counts) == 1
-             else "seeds per method: " + ", ".join(f"{display(m)} {len(rs)}" for m, rs in groups.items()))
-    parts = []
-    for outcome in ("reproduced", "not reproduced", "not testable at this budget"):
-        claims = [v.claim for v in verdicts(records) if v.verdict == outcome]
-        if claims:
-            parts.append(f"**{outcome}**: " + "; ".join(claims))
-    if not groups:
-        seeds = "no run yet"
-    return f"The paper's claims, judged on {seeds}. " + ". ".join(parts) + "."
-
-
 def _beats(groups: dict[str, list[Record]], method: str, ref: str) -> Verdict:
     claim = f"{display(method)} beats {display(ref)} in linear-probe top-1"
     missing = [display(m) for m in (method, ref) if m not in groups]
@@ -163,10 +150,11 @@ def _beats(groups: dict[str, list[Record]], method: str, ref: str) -> Verdict:
     evidence = f"paired difference {diff.describe()}."
     if diff.low is None:
         return Verdict(claim, "not testable at this budget", evidence + " A paired interval needs at least 2 seeds.")
+    measure = f"{diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}], {_count(diff.n, 'seed')}"
     if diff.low > 0:
-        return Verdict(claim, "reproduced", evidence + " The interval lies above 0.")
+        return Verdict(claim, "reproduced", evidence + " The interval lies above 0.", measure)
     where = "below 0" if diff.high < 0 else "across 0 (a tie at this budget)"
-    return Verdict(claim, "not reproduced", evidence + f" The interval lies {where}.")
+    return Verdict(claim, "not reproduced", evidence + f" The interval lies {where}.", measure)
 
 
 def _reaches_sooner(groups: dict[str, list[Record]]) -> Verdict:
@@ -181,7 +169,9 @@ def _reaches_sooner(groups: dict[str, list[Record]]) -> Verdict:
     evidence = (f"per-epoch kNN monitor, mean over seeds: SCL ends at {scl_curve[-1]:.2f} % after {epochs} epochs; "
                 f"{display('hscl-beta')} {'first reaches it at epoch ' + str(reached) if reached else 'never reaches it'} "
                 f"(the claim needs epoch <= {limit}).")
-    return Verdict(claim, "reproduced" if reached is not None and reached <= limit else "not reproduced", evidence)
+    measure = (f"epoch {reached} of {epochs}" if reached else f"not reached in {epochs} epochs") + f" (needs <= {limit})"
+    return Verdict(claim, "reproduced" if reached is not None and reached <= limit else "not reproduced", evidence,
+                   measure)
 
 
 def _assumption(groups: dict[str, list[Record]]) -> Verdict:
@@ -194,7 +184,8 @@ def _assumption(groups: dict[str, list[Record]]) -> Verdict:
     evidence = (f"over {_count(len(runs), 'H-SCL run')} and all their epochs the fraction ranges {min(values):.1%}-{max(values):.1%} "
                 f"(last epoch: {statistics.fmean(r['history'][-1]['assumption_fraction'] for r in runs):.1%} on average); "
                 f"it rises at every epoch in {rising} of {len(runs)} runs.")
-    return Verdict(claim, "reproduced" if min(values) > ASSUMPTION_LEVEL else "not reproduced", evidence)
+    return Verdict(claim, "reproduced" if min(values) > ASSUMPTION_LEVEL else "not reproduced", evidence,
+                   f"{min(values):.1%}-{max(values):.1%} of anchors")
 
 
 def _count(n: int, noun: str) -> str:
@@ -212,7 +203,8 @@ def _lemma(groups: dict[str, list[Record]]) -> Verdict:
     held_all = sum(h["loss_hscl"] <= h["loss_hucl"] for h in everywhere)
     evidence = (f"held at {held} of {len(epochs)} epochs of the {_count(len(runs), 'H-SCL run')} "
                 f"({held_all} of {len(everywhere)} epochs over all runs).")
-    return Verdict(claim, "reproduced" if held == len(epochs) else "not reproduced", evidence)
+    return Verdict(claim, "reproduced" if held == len(epochs) else "not reproduced", evidence,
+                   f"held at {held} of {len(epochs)} epochs")
 
 
 def _ucl_crossing(groups: dict[str, list[Record]]) -> Verdict:
@@ -224,7 +216,8 @@ def _ucl_crossing(groups: dict[str, list[Record]]) -> Verdict:
     crossed = patterns.count("below, then above")
     counts = ", ".join(f"{p}: {patterns.count(p)}" for p in sorted(set(patterns)))
     evidence = f"L_UCL against L_HSCL over the epochs of the {len(runs)} {display('hscl-tau')} runs: {counts}."
-    return Verdict(claim, "reproduced" if crossed == len(runs) else "not reproduced", evidence)
+    return Verdict(claim, "reproduced" if crossed == len(runs) else "not reproduced", evidence,
+                   f"crossed in {crossed} of {_count(len(runs), 'run')}")
 
 
 def _crossing_pattern(record: Record) -> str:
@@ -270,4 +263,5 @@ def _paper_ordering(groups: dict[str, list[Record]]) -> Verdict:
                  + "; ".join(f"{display(a)} minus {display(b)} {d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"
                              for a, b, d in pairs)
                  + f" ({_count(min(d.n for _, _, d in pairs), 'seed')}). {above} of {len(pairs)} intervals lie above 0.")
-    return Verdict(claim, "reproduced" if above == len(pairs) else "not reproduced", evidence)
+    return Verdict(claim, "reproduced" if above == len(pairs) else "not reproduced", evidence,
+                   f"{above} of {len(pairs)} neighbour intervals above 0")
