@@ -11,6 +11,7 @@ import pytest
 
 from hscl_zoo.graphs.catalog import load_graph_dataset
 from hscl_zoo.graphs.tu import TUFormatError, read_tu
+from tu_folders import write_tu
 
 # SOURCES.md, "Measured statistics": graphs, {raw label: count}, average nodes, average undirected edges.
 PUBLISHED = {
@@ -82,23 +83,7 @@ def test_the_reader_takes_the_root_the_dataset_folder_or_its_raw_folder(tu_root)
     assert load_graph_dataset(f"tu:{tu_root / 'PTC_MR'}").labels.tolist() == by_root.labels.tolist()
 
 
-# Bad folders: a tiny valid TU dataset, then one defect at a time.
-
-def write_tu(folder: Path, name: str = "TOY", graphs: int = 24, *, labels: list[str] | None = None,
-             indicator: list[int] | None = None) -> Path:
-    """A TU folder of `graphs` triangles (classes alternate 1, 2), or the given labels/indicator lines."""
-    folder.mkdir(parents=True, exist_ok=True)
-    nodes = 3 * graphs
-    edges = [(3 * g + a, 3 * g + b) for g in range(graphs) for a, b in ((1, 2), (2, 3), (3, 1))]
-    (folder / f"{name}_A.txt").write_text("".join(f"{i}, {j}\n{j}, {i}\n" for i, j in edges))
-    indicator = indicator or [1 + n // 3 for n in range(nodes)]
-    (folder / f"{name}_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator))
-    labels = labels or [str(1 + g % 2) for g in range(graphs)]
-    (folder / f"{name}_graph_labels.txt").write_text("".join(f"{v}\n" for v in labels))
-    (folder / f"{name}_node_labels.txt").write_text("".join(f"{n % 2}\n" for n in range(nodes)))
-    return folder
-
-
+# Bad folders: a tiny valid TU dataset (tu_folders.write_tu), then one defect at a time.
 BAD_FOLDERS = {
     "missing file": (lambda f: (write_tu(f) / "TOY_graph_labels.txt").unlink(), "lacks TOY_graph_labels.txt"),
     "labels that do not parse": (lambda f: write_tu(f, labels=["1", "two"] + ["1"] * 22), "'two' is not an integer"),

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from hscl_zoo.graphs.encoder import GraphEncoder
+from hscl_zoo.graphs.features import NodeFeatures
 from hscl_zoo.graphs.heads import fit_linear_head
 from hscl_zoo.graphs.saving import load_graph_encoder, save_graph_encoder
 from hscl_zoo.graphs.training import train_graph_encoder
@@ -57,6 +59,15 @@ def test_pyg_dataset_data_and_batch_embed_as_the_tu_folder(trained, tu_root, tmp
     torch.testing.assert_close(trained.embed(batch), expected[rows], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(trained.embed(pyg[7]), expected[7:8], rtol=1e-5, atol=1e-5)
     assert trained.predict(batch).argmax(1).tolist() == trained.predict(tu_root / "MUTAG")[rows].argmax(1).tolist()
+
+
+def test_pyg_one_hot_labels_starting_at_one_embed_as_the_tu_folder(tu_root, tmp_path):
+    """ENZYMES' node labels are 1..3; PyG's column k is label 1 + k."""
+    graphs = read_tu(tu_root / "ENZYMES")
+    encoder = GraphEncoder(NodeFeatures.fit(graphs)).eval()
+    assert encoder.node_features.values == (1, 2, 3)
+    pyg = _pyg_copy(tu_root, "ENZYMES", tmp_path)
+    torch.testing.assert_close(encoder.embed(pyg), encoder.embed(graphs), rtol=1e-5, atol=1e-5)
 
 
 def test_pyg_graphs_without_node_labels_embed_by_degree_as_the_tu_folder(tu_root, tmp_path):

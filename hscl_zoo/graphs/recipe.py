@@ -161,14 +161,16 @@ def _train_and_write(args: argparse.Namespace, graphs: GraphSet, method: str, hy
 
 def graph_model_folder(model: str) -> Path | None:
     """The folder of a saved graph encoder (config.json with model_type "graph-gin"), else None."""
-    from hscl_zoo.graphs.encoder import MODEL_TYPE
-
     folder = Path(model.removeprefix("local-dir:")).expanduser()
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return folder if isinstance(config, dict) and config.get("model_type") == MODEL_TYPE else None
+    if not isinstance(config, dict) or "model_type" not in config:
+        return None
+    from hscl_zoo.graphs.encoder import MODEL_TYPE
+
+    return folder if config["model_type"] == MODEL_TYPE else None
 
 
 def is_graph_command(model: str, dataset: str | None) -> bool:
