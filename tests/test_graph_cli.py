@@ -26,11 +26,15 @@ def train_args(folder: Path, output_dir: Path, *extra: str) -> list[str]:
             "--folds", "3", "--no_progress", "--output_dir", str(output_dir), *extra]
 
 
+TOY_LABELS = ["2" if g in (0, 10) else "1" if g == 5 else str(1 + g % 2) for g in range(24)]
+
+
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
-    """A finished run on a toy TU folder (24 triangles, the class given by the node labels)."""
+    """A finished run on a toy TU folder: 24 triangles, the class given by the node labels except
+    for three graphs, so that no SVM is right on every fold and the folds' records differ by seed."""
     work = tmp_path_factory.mktemp("toy")
-    folder = write_tu(work / "TOY")
+    folder = write_tu(work / "TOY", labels=TOY_LABELS)
     assert main(train_args(folder, work / "run")) == 0
     return folder, work / "run"
 
@@ -46,7 +50,8 @@ def test_a_run_writes_metrics_hub_and_eval_json(toy_run):
     assert result["budget"] == {"epochs": 2, "lr": 0.01, "batch_size": 128, "hidden": 32, "layers": 3}
     assert result["final_loss"] == metrics[-1]["loss"] and result["protocol"] == "a"
     accuracies = [f["test_accuracy"] for f in result["svm"]["folds"]]
-    assert len(accuracies) == 3 and result["svm"]["accuracy_mean"] == pytest.approx(np.mean(accuracies))
+    assert len(accuracies) == 3 and len(set(accuracies)) > 1
+    assert result["svm"]["accuracy_mean"] == pytest.approx(np.mean(accuracies))
     assert result["svm"]["accuracy_std"] == pytest.approx(np.std(accuracies))
     assert result["linear_head"]["folds"] == 3 and result["graphs"] == 24
     encoder = load_graph_encoder(run / "hub")
@@ -64,12 +69,15 @@ def test_eval_of_the_hub_repeats_the_runs_svm_and_embed_writes_its_embeddings(to
     assert evaluation["linear_cv"]["cv_accuracy"] == trained["linear_head"]["cv_accuracy"]
     assert evaluation["head_accuracy"] == trained["linear_head"]["train_accuracy"]
     assert "SVM accuracy" in capsys.readouterr().out
+    assert main(["eval", str(run / "hub"), "--dataset", f"tu:{folder}", "--folds", "3", "--seed", "1",
+                 "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["svm"]["folds"] != trained["svm"]["folds"], "another seed, other folds"
 
     table = pq.read_table(tmp_path / "toy.parquet") if main(
         ["embed", f"local-dir:{run / 'hub'}", f"tu:{folder}", "--out", str(tmp_path / "toy.parquet")]) == 0 else None
     assert table.column_names == ["index", "label", "embedding"]
     assert table.column("index").to_pylist() == list(range(24))
-    assert table.column("label").to_pylist() == [0, 1] * 12
+    assert table.column("label").to_pylist() == [int(v) - 1 for v in TOY_LABELS]
     embeddings = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
     expected = load_graph_encoder(run / "hub").embed(folder).numpy()
     np.testing.assert_array_equal(embeddings, expected)

@@ -15,10 +15,10 @@ from hscl_zoo.graphs.svm import check_folds, outer_folds, svm_folds
 GRID = [0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0]
 
 
-def small_set(seed: int, separation: float) -> tuple[np.ndarray, np.ndarray]:
-    """40 points in 3-D, 24 of class 0 and 16 of class 1, centres `separation` apart."""
+def small_set(seed: int, separation: float, first: int = 24) -> tuple[np.ndarray, np.ndarray]:
+    """40 points in 3-D, `first` of class 0 and the rest of class 1, centres `separation` apart."""
     rng = np.random.default_rng(seed)
-    labels = np.array([0] * 24 + [1] * 16)
+    labels = np.array([0] * first + [1] * (40 - first))
     return rng.normal(size=(40, 3)) + separation * labels[:, None], labels
 
 
@@ -53,6 +53,15 @@ def test_svm_folds_equal_the_loop(seed, separation):
         assert g["test_accuracy"] == pytest.approx(e["test_accuracy"], abs=1e-12)
     if separation == 4.0:
         assert got[0]["C"] < 1000.0, "on a tie the smallest C of the best accuracy wins"
+
+
+def test_when_every_c_ties_the_first_of_the_grid_wins():
+    """Two balanced clusters far apart: every C of the grid classifies every inner fold right."""
+    x, y = small_set(0, 4.0, first=20)
+    got = svm_folds(x, y, 0, folds=4)
+    assert [r["C"] for r in got] == [0.001] * 4
+    assert [r["inner_accuracy"] for r in got] == [1.0] * 4
+    assert [r["C"] for r in by_hand(x, y, 0, folds=4)] == [0.001] * 4
 
 
 def test_the_outer_folds_are_stratified_seeded_and_cover_every_graph_once():
