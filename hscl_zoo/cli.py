@@ -3,6 +3,7 @@
     hscl-zoo list 'hscl-*'                                  # zoo names and whether they are published
     hscl-zoo info hscl-beta-cifar10                         # one entry: repo, revision, paper top-1, ...
     hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20
+    hscl-zoo train --dataset tu:MUTAG --method hscl-beta --beta 2 --output_dir runs/mutag
     hscl-zoo finetune runs/default/hub --dataset digits --epochs 5
     hscl-zoo eval runs/default/hub --out eval.json          # probe, kNN, retrieval, audit; JSON out
     hscl-zoo embed runs/default/hub photos/ --out photos.parquet
@@ -16,6 +17,8 @@ the input exit with status 1 and one line naming the problem; usage errors exit 
 Each command imports only what it runs: ``--help``, ``list`` and ``info`` load no torch.
 A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own data:
 ``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see ``hscl_zoo.data.sources``).
+Graphs: ``train``, ``eval`` and ``embed`` take ``tu:NAME`` or ``tu:/path/NAME`` and graph-encoder
+folders (``hscl_zoo.graphs.recipe``; docs/graphs.md).
 
 ``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config``
 (a zoo name such as ``hscl-beta-cifar100``, for the config shipped with the package, or a YAML
@@ -158,11 +161,23 @@ def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from hscl_zoo.graphs.recipe import eval_command, is_graph_command
+
+    if is_graph_command(args.model, args.dataset):
+        eval_command(args)
+        return 0
+    if args.folds is not None:
+        raise ValueError("--folds applies to graph encoders (tu: datasets); drop it for an image encoder.")
     run_eval(args.model, args)
     return 0
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
+    from hscl_zoo.graphs.recipe import embed_command, is_graph_command
+
+    if is_graph_command(args.model, args.images):
+        embed_command(args)
+        return 0
     from hscl_zoo.embedding import check_output_path, embed, save_embeddings
     from hscl_zoo.zoo.hub import load
 
@@ -179,7 +194,22 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _graph_dataset_given(settings: Sequence[str]) -> bool:
+    """Whether the train settings name a ``tu:`` dataset (``--dataset tu:...`` or ``--dataset=tu:...``)."""
+    for option, value in zip(settings, [*settings[1:], ""]):
+        if option == "--dataset":
+            return value.startswith("tu:")
+        if option.startswith("--dataset="):
+            return option.partition("=")[2].startswith("tu:")
+    return False
+
+
 def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
+    if _graph_dataset_given(settings):
+        from hscl_zoo.graphs.recipe import train_main
+
+        train_main(list(settings), prog=f"{PROG} train")
+        return 0
     from hscl_zoo.training.pretrain import main as pretrain_main
 
     pretrain_main(list(settings), prog=f"{PROG} train")
@@ -246,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (``main`` runs it)."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:10]))
+                                     epilog="\n".join(__doc__.splitlines()[2:11]))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -261,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "own or other datasets (JSON out).")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     add_eval_options(cmd)
+    cmd.add_argument("--folds", type=int, help="graph encoders (tu: datasets): folds of the SVM's and the linear "
+                     "head's cross-validation (default 10)")
 
     cmd = _command(commands, "embed", _cmd_embed, "Encode a folder of images or a dataset split to features.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
@@ -278,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     add_source_options(cmd)
 
-    train_summary = "Pretrain an encoder, as accelerate launch recipes/pretrain.py (--help lists every --key)."
+    train_summary = ("Pretrain an encoder, as accelerate launch recipes/pretrain.py (--help lists every --key); "
+                     "with --dataset tu:NAME, a graph encoder (hscl-zoo train --dataset tu:MUTAG --help).")
     commands.add_parser("train", help=train_summary, description=train_summary, add_help=False)
 
     finetune_summary = ("Fine-tune an encoder into a classifier, as accelerate launch recipes/finetune.py MODEL "
