@@ -18,7 +18,7 @@ Each command imports only what it runs: ``--help``, ``list`` and ``info`` load n
 A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own data:
 ``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see ``hscl_zoo.data.sources``).
 Graphs: ``train``, ``eval`` and ``embed`` take ``tu:NAME`` or ``tu:/path/NAME`` and graph-encoder
-folders (``hscl_zoo.graphs.recipe``; docs/graphs.md).
+folders (``hscl_zoo.training.graph_recipe``; docs/graphs.md).
 
 ``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config``
 (a zoo name such as ``hscl-beta-cifar100``, for the config shipped with the package, or a YAML
@@ -161,7 +161,7 @@ def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from hscl_zoo.graphs.recipe import eval_command, is_graph_command
+    from hscl_zoo.training.graph_recipe import eval_command, is_graph_command
 
     if is_graph_command(args.model, args.dataset):
         eval_command(args)
@@ -173,7 +173,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
-    from hscl_zoo.graphs.recipe import embed_command, is_graph_command
+    from hscl_zoo.training.graph_recipe import embed_command, is_graph_command
 
     if is_graph_command(args.model, args.images):
         embed_command(args)
@@ -206,7 +206,7 @@ def _graph_dataset_given(settings: Sequence[str]) -> bool:
 
 def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
     if _graph_dataset_given(settings):
-        from hscl_zoo.graphs.recipe import train_main
+        from hscl_zoo.training.graph_recipe import train_main
 
         train_main(list(settings), prog=f"{PROG} train")
         return 0
