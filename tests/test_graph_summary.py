@@ -47,3 +47,20 @@ def test_the_summary_names_the_paper_numbers_beside_the_measured_ones():
     text = render_summary(records)
     assert "85.5 ± 0.7, 2 seeds (paper 86.8)" in text
     assert "Protocol (b)" not in text
+
+
+def test_the_readme_and_the_graphs_page_quote_the_committed_records():
+    from pathlib import Path
+
+    from hscl_zoo.reproduction.graph_summary import load_records, quote_block
+    from hscl_zoo.reproduction.report import replace_block
+
+    root = Path(__file__).resolve().parents[1]
+    expected = quote_block(load_records(root / "results/graphs-paper/records"))
+    for page in (root / "README.md", root / "docs/graphs.md"):
+        text = page.read_text()
+        assert replace_block(text, "graphs-paper", expected) == text, f"{page.name}: rerun graph_summary --quote"
+    summary = root / "results/graphs-paper/summary.md"
+    from hscl_zoo.reproduction.graph_summary import render_summary
+
+    assert summary.read_text() == render_summary(load_records(root / "results/graphs-paper/records"))
