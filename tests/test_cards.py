@@ -121,10 +121,19 @@ def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
 
 
 def test_card_for_a_published_entry_has_model_index():
-    entry = dataclasses.replace(info("scl-cifar10"), revision="c" * 40, sha256="d" * 64, metrics={"top1": 93.1})
+    entry = dataclasses.replace(info("scl-cifar10"), revision="c" * 40, files={"model.safetensors": ("d" * 64, 1)}, metrics={"top1": 93.1})
     card = render_card(entry)
     assert front_matter(card)["model-index"][0]["results"][0]["metrics"][0]["value"] == 93.1
     assert "revision `" + "c" * 40 in card and "| this model | 93.10 |" in card
+
+
+def test_card_of_a_release_says_its_budget_and_where_its_files_are():
+    entry = dataclasses.replace(info("scl-cifar10"), name="scl-cifar10.cpu-2ep", tag="cpu-2ep", budget="2 CPU epochs",
+                                files={"model.safetensors": ("d" * 64, 1)}, metrics={"top1": 31.5})
+    card = render_card(entry)
+    assert "releases/scl-cifar10.cpu-2ep/" in card and "not on the Hub yet" in card
+    assert "Budget: 2 CPU epochs, not the paper's recipe" in card
+    assert "| this model (2 CPU epochs) | 31.50 |" in card and "| paper, Table 1 |" in card
 
 
 def test_card_name_and_repo_override(trained_config):
