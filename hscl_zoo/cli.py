@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -221,7 +222,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
     release = build_release(args.run_dir, args.name, dtype=args.dtype, out=args.out, max_shard_size=args.max_shard_size,
                             budget=args.budget, device=_device(args.device),
-                            command=" ".join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None)
+                            command=shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None)
     evaluation = release.evaluation
     print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): {evaluation['stored_dtype']} weights, "
           f"linear top-1 {evaluation['linear_top1']:.2f}% (float32 run {evaluation['float32_run']['top1']:.2f}%), "

@@ -247,8 +247,11 @@ def _format_value(value: Any) -> str:
 
 def _training(facts: _CardFacts) -> str:
     lines = []
-    if facts.entry is not None and facts.entry.budget:
-        lines.append(f"Budget: {facts.entry.budget}, not the paper's recipe (below).")
+    if facts.entry is not None and facts.entry.budget and facts.training is None:
+        lines.append(f"Budget: {facts.entry.budget}, not the paper's recipe. The command that trained it is in the "
+                     "release's `eval.json` (`train_command`). For comparison, the paper's recipe:")
+        lines.append(_PAPER_RECIPE)
+        return "\n\n".join(lines)
     if facts.config:
         where = " (shipped with the `hscl-zoo` package)" if is_config_name(facts.config) else ""
         lines.append(f"Config: `{facts.config}`{where}; reproduce with `{registry.pretrain_command(facts.config)}`.")

@@ -53,6 +53,42 @@ PAPER_BACKBONE = "resnet50"
 # "<paper name>.<tag>": what ``hscl-zoo release`` printed (backbone, budget, files, metrics), and the
 # Hub commit ``hscl-zoo push`` printed (None until pushed).
 _RELEASES: dict[str, dict[str, Any]] = {
+    "hscl-beta-cifar10.cpu-1500": {
+        "backbone": "resnet18",
+        "budget": "the cpu-cifar10 smoke budget: ResNet-18 (timm stem), 6 epochs on a class-balanced 1,500-image CIFAR-10 subset (300 test images), batch 128, float32 training on 2 CPU cores",
+        "revision": None,
+        "files": {
+            "README.md": {
+                "sha256": "265ae8462f25750b6cfc02dfa099094b7fed2462faf41b598b00aba3b8009fb1",
+                "size": 4311
+            },
+            "config.json": {
+                "sha256": "ca8590dbbf3d0108453ee3ea55746fa666f762852a9f22a0196f066615b70165",
+                "size": 3079
+            },
+            "eval.json": {
+                "sha256": "46cedb5eab056a629f4ae1950531fb1193385b2f358cb197ab379e08295f8634",
+                "size": 1455
+            },
+            "model-00001-of-00002.safetensors": {
+                "sha256": "d84ab7e8ea4a2e033eed49e036200f2e97d06f7298141bc5b13ea526983aadfd",
+                "size": 12937472
+            },
+            "model-00002-of-00002.safetensors": {
+                "sha256": "2a16c9e2e2a9411b5fbf81ffe741691c700943ecc69d26582ed66cc09be1f98b",
+                "size": 10117380
+            },
+            "model.safetensors.index.json": {
+                "sha256": "627d7662437631df377822ec4e82deb326514d8110ad5b3da8c3c9e549787be6",
+                "size": 9931
+            }
+        },
+        "metrics": {
+            "top1": 26.0,
+            "top5": 84.67,
+            "knn_top1": 24.0
+        }
+    },
 }
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")

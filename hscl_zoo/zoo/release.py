@@ -6,7 +6,7 @@ cast (bfloat16 by default) and sharded, re-evaluated, and the registry entry tha
 and ``eval.json``: the released weights' own linear head and kNN on the run's test split, with
 the float32 run's numbers, the budget, the paper's number, the commit, the command and the
 hardware. A cast that costs the linear head more than ``MAX_TOP1_DROP`` points is refused before
-anything is written. ``hscl-zoo push releases/NAME`` uploads that folder as it is
+anything is written (one that gains as much is refused too: its numbers would not be the run's). ``hscl-zoo push releases/NAME`` uploads that folder as it is
 (:func:`push_release`).
 """
 
@@ -37,7 +37,8 @@ __all__ = ["MAX_TOP1_DROP", "EVAL_NAME", "ReleaseRefused", "Release", "check_rel
            "build_release", "registry_entry_text", "push_release"]
 
 MAX_TOP1_DROP = 0.2
-"""Points of linear top-1 a cast may cost against the run's own float32 result."""
+"""Points of linear top-1 the cast weights may differ by from the run's own float32 result, either
+way: a cast that moves test images across the head's decision boundary is not the run's model."""
 EVAL_NAME = "eval.json"
 CARD_NAME = "README.md"
 DEFAULT_SHARD_SIZE = "15MiB"
@@ -167,7 +168,7 @@ def build_release(
     """Write the release folder of a finished run (``run_dir/hub`` and ``run_dir/linear_eval.json``).
 
     The weights are saved in ``dtype``, loaded back from the written files in float32 and
-    evaluated; a linear top-1 more than ``MAX_TOP1_DROP`` points under the run's own is refused
+    evaluated; a linear top-1 more than ``MAX_TOP1_DROP`` points from the run's own is refused
     (``ReleaseRefused``, both numbers in the message) and nothing is kept. ``cast`` (for tests)
     edits the model in place before it is saved. ``out`` defaults to ``releases/<name>`` and must
     not hold anything yet; ``command`` is the command line recorded in eval.json.
@@ -201,11 +202,12 @@ def build_release(
         released = load(folder, device=device)
         scores = released_scores(released, recipe, device)
         drop = float32_run["top1"] - scores["linear_top1"]
-        if drop > MAX_TOP1_DROP:
+        if abs(drop) > MAX_TOP1_DROP:
             raise ReleaseRefused(
                 f"refusing {name}: its {stored} weights' linear top-1 is {scores['linear_top1']:.2f} %, "
-                f"{drop:.2f} points under the run's own float32 {float32_run['top1']:.2f} % (at most {MAX_TOP1_DROP} "
-                "allowed); release it in float32 (--dtype fp32) or find what the cast broke.")
+                f"{abs(drop):.2f} points {'under' if drop > 0 else 'over'} the run's own float32 "
+                f"{float32_run['top1']:.2f} % (at most {MAX_TOP1_DROP} either way); release it in another precision "
+                "(--dtype fp16 or fp32) or find what the cast broke.")
         entry = registry.info(base)
         evaluation = {
             "name": name, "tag": tag, **scores, "stored_dtype": stored, "loaded_dtype": "float32",
