@@ -9,6 +9,8 @@
     hscl-zoo embed runs/default/hub photos/ --out photos.parquet
     hscl-zoo export runs/default/hub --format onnx --out exported/
     hscl-zoo push runs/default --repo-id me/hscl-beta-cifar10
+    hscl-zoo release runs/c10 --name hscl-beta-cifar10.cpu-1500   # bf16 release folder + registry entry
+    hscl-zoo push releases/hscl-beta-cifar10.cpu-1500               # upload it; prints the revision to pin
     hscl-zoo cards --check
 
 MODEL is anything ``hscl_zoo.load`` accepts: a zoo name, ``hf-hub:owner/name[@revision]``,
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -244,8 +247,35 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_release(args: argparse.Namespace) -> int:
+    from hscl_zoo.zoo.release import build_release, registry_entry_text
+
+    release = build_release(args.run_dir, args.name, dtype=args.dtype, out=args.out, max_shard_size=args.max_shard_size,
+                            budget=args.budget, device=_device(args.device),
+                            command=shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None)
+    evaluation = release.evaluation
+    print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): {evaluation['stored_dtype']} weights, "
+          f"linear top-1 {evaluation['linear_top1']:.2f}% (float32 run {evaluation['float32_run']['top1']:.2f}%), "
+          f"kNN top-1 {evaluation['knn_top1']:.2f}% on {evaluation['test_images']} {evaluation['test_split']} images")
+    print("paste into _RELEASES in hscl_zoo/zoo/registry.py:")
+    print(registry_entry_text(args.name, release.entry))
+    return 0
+
+
 def _cmd_push(args: argparse.Namespace) -> int:
     from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
+    from hscl_zoo.zoo.release import EVAL_NAME, push_release
+
+    if (args.run_or_dir / EVAL_NAME).is_file():
+        if args.dry_run or args.out or args.name:
+            raise ValueError(f"{args.run_or_dir} is a release folder, uploaded exactly as it is: drop --dry-run, --out "
+                             "and --name.")
+        repo_id, revision = push_release(args.run_or_dir, args.repo_id, private=args.private or None)
+        print(f"pushed {args.run_or_dir} to {repo_id}; pin it: \"revision\": \"{revision}\"")
+        return 0
+    if args.repo_id is None:
+        raise ValueError(f"{args.run_or_dir} is a run, not a release folder: give --repo-id owner/name (or build a "
+                         "release with hscl-zoo release).")
 
     folder = rebuild_hub_folder(args.run_or_dir, args.out, repo_id=args.repo_id, name=args.name)
     print(f"Hub-ready folder: {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
@@ -325,10 +355,25 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--output", choices=OUTPUTS, help="what the onnx / torchscript graph computes (default: "
                      "features); written to DIR/OUTPUT.onnx or DIR/OUTPUT.pt with DIR/preprocess.json")
 
-    cmd = _command(commands, "push", _cmd_push, "Check, rebuild and upload a finished run's Hub folder.")
+    cmd = _command(commands, "release", _cmd_release, "Build a release folder (cast, sharded, re-evaluated) from a "
+                   "finished run and print its registry entry.")
+    cmd.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output_dir of a finished training run")
+    cmd.add_argument("--name", required=True, help="<zoo name>.<tag>, the tag saying the budget, e.g. "
+                     "hscl-beta-cifar10.cpu-1500")
+    cmd.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="stored precision "
+                     "(default: bf16)")
+    cmd.add_argument("--out", type=Path, help="folder to write (default: releases/NAME); must be empty or absent")
+    cmd.add_argument("--max-shard-size", default="15MiB", help="largest weight file (default: 15MiB)")
+    cmd.add_argument("--budget", help="what it was trained with, one sentence (default: from the run's config)")
+    cmd.add_argument("--device", help="torch device of the re-evaluation (default: cuda if available, else cpu)")
+
+    cmd = _command(commands, "push", _cmd_push, "Upload a release folder as it is, or check, rebuild and upload a "
+                   "finished run's Hub folder.")
     cmd.add_argument("run_or_dir", type=Path, metavar="RUN_OR_DIR",
-                     help="output_dir of a training run (its hub/ folder is pushed) or a hub folder")
-    cmd.add_argument("--repo-id", required=True, help="owner/name of the Hub model repo")
+                     help="a release folder (releases/NAME, pushed to hscl-zoo/NAME as it is), the output_dir of a "
+                     "training run (its hub/ folder is pushed) or a hub folder")
+    cmd.add_argument("--repo-id", help="owner/name of the Hub model repo (required for a run; a release's default: "
+                     "hscl-zoo/NAME)")
     cmd.add_argument("--name", help="zoo name for the card, e.g. hscl-beta-cifar10")
     cmd.add_argument("--out", type=Path, help="write the folder here instead of rebuilding it in place")
     cmd.add_argument("--private", action="store_true", help="create the repo private")

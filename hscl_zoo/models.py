@@ -295,11 +295,13 @@ class ContrastiveEncoder(nn.Module):
         ``hf-hub:owner/name[@revision]``, ``local-dir:/path`` or a folder."""
         return zoo_function("load")(source, **kwargs)
 
-    def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None) -> Path:
-        """``hscl_zoo.save_pretrained(self, save_directory)``; ``training`` defaults to the summary the
-        model was loaded with, so a loaded model saves back whole. Returns the folder."""
+    def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None,
+                        **options: Any) -> Path:
+        """``hscl_zoo.save_pretrained(self, save_directory, **options)`` (``dtype``, ``max_shard_size``);
+        ``training`` defaults to the summary the model was loaded with, so a loaded model saves back
+        whole. Returns the folder."""
         training = self.training_summary if training is None else training
-        return zoo_function("save_pretrained")(self, save_directory, training=training)
+        return zoo_function("save_pretrained")(self, save_directory, training=training, **options)
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
         """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,

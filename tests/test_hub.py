@@ -20,6 +20,7 @@ from hscl_zoo.models import create_model
 from hscl_zoo.zoo import saving
 from hscl_zoo.zoo.hub import ChecksumMismatchError, ConfigMismatchError, NotCachedError, WeightsNotPublishedError, load, sha256_file
 from hscl_zoo.zoo.registry import info
+from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
 from helpers import make_hub_cache
 
@@ -145,20 +146,21 @@ def test_offline_and_not_cached_names_repo_cache_and_local_dir(offline, tmp_path
     assert "hscl_zoo.load('local-dir:" in message
 
 
-def _published(entry_name, sha256):
-    return dataclasses.replace(info(entry_name), hub_repo=REPO, revision=COMMIT, sha256=sha256, metrics={"top1": 90.0})
+def _published(entry_name, files):
+    return dataclasses.replace(info(entry_name), hub_repo=REPO, revision=COMMIT, files=files, metrics={"top1": 90.0})
 
 
 def test_registry_entry_checksum_is_checked(offline, cache, saved, model, batch):
-    good = _published("hscl-beta-cifar10", sha256_file(saved / "model.safetensors"))
+    pins = pin_folder(saved)
+    good = _published("hscl-beta-cifar10", pins)
     assert torch.equal(load(good, cache_dir=cache)(batch), model(batch))
 
-    bad = _published("hscl-beta-cifar10", "0" * 64)
+    bad = _published("hscl-beta-cifar10", {**pins, "model.safetensors": ("0" * 64, pins["model.safetensors"].size)})
     with pytest.raises(ChecksumMismatchError) as err:
         load(bad, cache_dir=cache)
     message = str(err.value)
     weights = cache / f"models--{REPO.replace('/', '--')}" / "snapshots" / COMMIT / "model.safetensors"
-    assert f"Refusing {weights}" in message and "0" * 64 in message and good.sha256 in message
+    assert f"Refusing {weights}" in message and "0" * 64 in message and pins["model.safetensors"].sha256 in message
     assert "hscl-beta-cifar10" in message and "delete it" in message
 
 
@@ -167,7 +169,7 @@ def test_corrupted_cached_blob_is_refused(offline, saved, tmp_path):
     blob = tmp_path / f"models--{REPO.replace('/', '--')}" / "blobs" / sha256_file(saved / "model.safetensors")
     blob.write_bytes(blob.read_bytes()[:-1] + b"\x00")
     with pytest.raises(ChecksumMismatchError, match="Refusing"):
-        load(_published("scl-cifar10", sha256_file(saved / "model.safetensors")), cache_dir=tmp_path)
+        load(_published("scl-cifar10", pin_folder(saved)), cache_dir=tmp_path)
 
 
 def test_unpublished_name_says_how_to_train():

@@ -24,6 +24,7 @@ from hscl_zoo.models import ContrastiveEncoder, create_model
 from hscl_zoo.zoo import hub
 from hscl_zoo.zoo.hub import ConfigMismatchError, ModelSource, NotCachedError, check_weights, load, load_weights, parse_source
 from hscl_zoo.zoo.registry import info
+from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
 from helpers import make_hub_cache
 
@@ -245,7 +246,7 @@ def test_parse_source_kinds_and_revisions(saved: Path) -> None:
     assert parse_source("hf-hub:owner/name", revision="v2") == ModelSource("hf-hub", repo_id="owner/name", revision="v2")
     assert parse_source(f"local-dir:{saved}") == ModelSource("local-dir", path=saved)
     entry = info("scl-cifar10")
-    published = dataclasses.replace(entry, hub_repo=REPO, revision=MAIN_COMMIT, sha256="a" * 64)
+    published = dataclasses.replace(entry, hub_repo=REPO, revision=MAIN_COMMIT, files={"model.safetensors": ("a" * 64, 1)})
     expected = ModelSource("zoo", repo_id=REPO, revision=MAIN_COMMIT, entry=published)
     assert parse_source(published) == expected
     assert parse_source(published, revision=MAIN_COMMIT) == expected
@@ -368,7 +369,8 @@ def test_unbuildable_config_names_its_file(tmp_path: Path, saved: Path) -> None:
 def test_sha256_message_says_how_to_recover(offline: None, saved: Path, tmp_path: Path) -> None:
     """A pinned checksum that differs names both digests, the entry and how to recover."""
     entry = info("scl-cifar10")
-    pinned = dataclasses.replace(entry, hub_repo=REPO, revision=MAIN_COMMIT, sha256="0" * 64)
+    pinned = dataclasses.replace(entry, hub_repo=REPO, revision=MAIN_COMMIT,
+                                 files={**pin_folder(saved), "model.safetensors": ("0" * 64, 1)})
     make_hub_cache(tmp_path, REPO, saved, MAIN_COMMIT, ref="main")
     with pytest.raises(hub.ChecksumMismatchError) as err:
         load(pinned, cache_dir=tmp_path)

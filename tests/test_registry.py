@@ -1,5 +1,5 @@
-"""The zoo registry: names, wildcards, pinning rules and Table 1 of the paper, and a real
-published entry (weights in a Hub cache, pinned commit and sha256) loaded by its zoo name."""
+"""The zoo registry: names, tags, wildcards, pinning rules and Table 1 of the paper, and a real
+published release (files in a Hub cache, pinned commit and per-file sha256) loaded by its zoo name."""
 
 import dataclasses
 import re
@@ -12,21 +12,23 @@ from safetensors.torch import load_file
 
 import hscl_zoo
 from hscl_zoo.zoo import registry
-from hscl_zoo.zoo.hub import ChecksumMismatchError, sha256_file
+from hscl_zoo.zoo.hub import ChecksumMismatchError
 from hscl_zoo.zoo.registry import ZooEntry, info, list_models
+from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
 from helpers import make_hub_cache
 
-PUBLISHED_NAME = "scl-cifar10"
+PUBLISHED_NAME = "scl-cifar10.test-2ep"
 PINNED = "89abcdef0123456789abcdef0123456789abcdef"
 
+FILES = {"model.safetensors": ("b" * 64, 1234)}
 METHODS = ["ucl", "hucl", "scl", "hscl-beta", "hscl-tau"]
 DATASETS = ["stl10", "cifar10", "cifar100", "tinyimagenet"]
 
 
 def test_one_name_per_method_and_dataset():
     expected = sorted(f"{m}-{d}" for m in METHODS for d in DATASETS)
-    assert list_models() == expected
+    assert [name for name in list_models() if "." not in name] == expected
     assert hscl_zoo.list_models is list_models and hscl_zoo.info is info
 
 
@@ -38,41 +40,59 @@ def test_one_name_per_method_and_dataset():
     ("resnet*", []),
 ])
 def test_wildcards(pattern, expected):
-    assert list_models(pattern) == expected
+    assert [name for name in list_models(pattern) if "." not in name] == expected
 
 
 @pytest.fixture
 def published(monkeypatch, tmp_path):
-    """One zoo entry published for real: a model saved by save_pretrained, laid out in a Hub cache
-    under the entry's repo at a pinned commit, and its line (commit, sha256, metrics) in the
-    registry's _PUBLISHED table, from which its entry is rebuilt and registered (the original is
-    put back afterwards). Offline mode is on."""
+    """One tagged release published for real: a model saved by save_pretrained, laid out in a Hub
+    cache under the release's repo at a pinned commit, and its line (backbone, budget, commit,
+    per-file sha256 and size, metrics) in the registry's _RELEASES table, from which its entry is
+    built and registered (and removed afterwards). Offline mode is on."""
     torch.manual_seed(0)
     model = hscl_zoo.create_model("resnet10t", num_classes=10, image_size=32).eval()
     folder = save_pretrained(model, tmp_path / "weights")
     cache = tmp_path / "hub-cache"
     make_hub_cache(cache, f"{registry.HUB_ORG}/{PUBLISHED_NAME}", folder, PINNED)
-    sha256 = sha256_file(folder / "model.safetensors")
-    monkeypatch.setitem(registry._PUBLISHED, PUBLISHED_NAME, (PINNED, sha256, {"top1": 12.5}))
+    release = {"backbone": "resnet10t", "budget": "two test epochs", "revision": PINNED,
+               "files": {name: pin._asdict() for name, pin in pin_folder(folder).items()}, "metrics": {"top1": 12.5}}
+    monkeypatch.setitem(registry._RELEASES, PUBLISHED_NAME, release)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    original = info(PUBLISHED_NAME)
-    registry.register_model(registry.paper_entry(original.method, original.dataset), replace=True)
+    registry.register_model(registry.release_entry(PUBLISHED_NAME, release))
     try:
         yield model, cache
     finally:
-        registry.register_model(original, replace=True)
+        registry._ENTRIES.remove(PUBLISHED_NAME)
 
 
 def test_published_only_lists_exactly_the_published_entries(published):
-    assert list_models(published_only=True) == [PUBLISHED_NAME]
+    committed = set(registry._RELEASES) - {PUBLISHED_NAME}
+    assert list_models(published_only=True) == sorted({PUBLISHED_NAME} | committed)
     assert list_models("scl-*", published_only=True) == [PUBLISHED_NAME]
     assert list_models("ucl-*", published_only=True) == []
-    assert len(list_models()) == 20
+    assert len(list_models()) == 20 + len(committed) + 1
     entry = info(PUBLISHED_NAME)
     assert entry.published and (entry.revision, dict(entry.metrics)) == (PINNED, {"top1": 12.5})
-    assert f"published at revision {PINNED}" in str(entry) and "top1=12.5" in str(entry)
+    assert f"published: the Hub at revision {PINNED}" in str(entry) and "top1=12.5" in str(entry)
+    assert "budget:      two test epochs" in str(entry)
     assert not info("scl-cifar100").published
+
+
+def test_bare_name_loads_its_best_published_tag_and_info_lists_tags(published, monkeypatch):
+    """The bare name resolves to the published tag with the best top-1; info lists every tag."""
+    bare = info("scl-cifar10")
+    assert not bare.published and registry.resolve("scl-cifar10").name == PUBLISHED_NAME
+    assert "tags:        scl-cifar10.test-2ep (default)" in str(bare)
+    better = dict(registry._RELEASES[PUBLISHED_NAME], metrics={"top1": 40.0}, revision=None)
+    registry.register_model(registry.release_entry("scl-cifar10.test-9ep", better))
+    try:
+        assert registry.resolve("scl-cifar10").name == "scl-cifar10.test-9ep"
+        assert "tags:        scl-cifar10.test-2ep, scl-cifar10.test-9ep (default)" in str(info("scl-cifar10"))
+        assert registry.resolve(PUBLISHED_NAME).name == PUBLISHED_NAME
+    finally:
+        registry._ENTRIES.remove("scl-cifar10.test-9ep")
+    assert registry.resolve("scl-cifar100") is info("scl-cifar100")
 
 
 def test_bad_pattern_is_an_error():
@@ -80,7 +100,7 @@ def test_bad_pattern_is_an_error():
         list_models(3)
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", [n for n in list_models() if "." not in n])
 def test_entry_is_consistent(name):
     entry = info(name)
     assert entry.name == f"{entry.method}-{entry.dataset}" == name
@@ -90,15 +110,14 @@ def test_entry_is_consistent(name):
     assert entry.backbone == "resnet50"
     assert entry.paper_top1 is not None and 50 < entry.paper_top1 < 95
     assert (entry.paper_top1_std is not None) == (entry.dataset == "stl10")
-    if entry.published:
-        assert re.fullmatch(r"[0-9a-f]{40}", entry.revision) and re.fullmatch(r"[0-9a-f]{64}", entry.sha256)
-    else:
-        assert entry.revision is None and entry.sha256 is None and dict(entry.metrics) == {}
+    assert not entry.published, "the paper's own recipe is published as a tag"
+    assert entry.revision is None and dict(entry.files) == {} and dict(entry.metrics) == {}
+    if not registry.tags_of(name):
         assert "not published yet" in str(entry) and entry.train_command in str(entry)
 
 
-def test_nothing_is_published_yet():
-    assert list_models(published_only=True) == []
+def test_published_names_are_exactly_the_committed_releases():
+    assert list_models(published_only=True) == sorted(registry._RELEASES)
 
 
 @pytest.mark.parametrize("name,top1,std", [
@@ -121,18 +140,23 @@ def test_summary_shows_publication_status():
     text = str(info("hscl-beta-cifar100"))
     assert "hscl-zoo/hscl-beta-cifar100" in text and "75.11" in text
     assert "train it:    hscl-zoo train --config hscl-beta-cifar100\n" in text + "\n"
-    published = dataclasses.replace(info("hscl-beta-cifar100"), revision="a" * 40, sha256="b" * 64,
-                                    metrics={"top1": 74.9})
+    published = dataclasses.replace(info("hscl-beta-cifar100"), revision="a" * 40, files=FILES, metrics={"top1": 74.9})
     text = str(published)
-    assert "published at revision " + "a" * 40 in text and "top1=74.9" in text and "train it" not in text
+    assert "published: the Hub at revision " + "a" * 40 in text and "top1=74.9" in text and "train it" not in text
+    assert f"file:        model.safetensors sha256 {'b' * 64} (1,234 bytes)" in text
 
 
 @pytest.mark.parametrize("changes,message", [
-    ({"revision": "main", "sha256": "b" * 64}, "40-hex commit"),
-    ({"revision": "a" * 40, "sha256": "xyz"}, "64 lowercase hex"),
-    ({"revision": "a" * 40}, "published together"),
+    ({"revision": "main", "files": FILES}, "40-hex commit"),
+    ({"files": {"model.safetensors": ("xyz", 1)}}, "64 lowercase"),
+    ({"files": {"../model.safetensors": ("b" * 64, 1)}}, "plain file names"),
+    ({"files": {"config.json": ("b" * 64, 1)}}, "names no .safetensors"),
+    ({"revision": "a" * 40}, "a revision pins files"),
     ({"metrics": {"top1": 75.0}}, "metrics without published weights"),
-    ({"revision": "a" * 40, "sha256": "b" * 64, "metrics": {"top1": "75"}}, "must be a number"),
+    ({"files": FILES, "metrics": {"top1": "75"}}, "must be a number"),
+    ({"name": "scl-cifar10.cpu"}, "give tag='cpu'"),
+    ({"name": "scl-cifar10.cpu", "tag": "cpu"}, "states its budget"),
+    ({"name": "scl-cifar10.CPU", "tag": "CPU", "budget": "x"}, "lowercase letters"),
     ({"method": "simclr"}, "Unknown method"),
 ])
 def test_entries_claim_nothing_they_cannot_back(changes, message):
@@ -141,7 +165,7 @@ def test_entries_claim_nothing_they_cannot_back(changes, message):
 
 
 def test_entries_are_immutable():
-    entry = dataclasses.replace(info("scl-cifar10"), revision="a" * 40, sha256="b" * 64, metrics={"top1": 93.0})
+    entry = dataclasses.replace(info("scl-cifar10"), revision="a" * 40, files=FILES, metrics={"top1": 93.0})
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.revision = "c" * 40
     with pytest.raises(TypeError):
@@ -172,7 +196,7 @@ def test_published_name_loads_the_pinned_weights_and_checks_their_sha256(publish
     blob.write_bytes(bytes(data))
     assert load_file(snapshot).keys() == model.state_dict().keys()
     for source in (PUBLISHED_NAME, f"hf-hub:{entry.hub_repo}@{PINNED}"):
-        with pytest.raises(ChecksumMismatchError, match=f"{entry.sha256}"):
+        with pytest.raises(ChecksumMismatchError, match=f"{entry.files['model.safetensors'].sha256}"):
             hscl_zoo.load(source, cache_dir=cache)
     hscl_zoo.load(f"hf-hub:{entry.hub_repo}", cache_dir=cache)  # not the pinned revision: no checksum to check
 

@@ -192,11 +192,18 @@ def _front_matter(facts: _CardFacts, results: Mapping[str, float]) -> str:
 
 def _status(facts: _CardFacts, results: Mapping[str, float]) -> str:
     if facts.entry is not None and facts.training is None and not facts.entry.published:
+        tags = registry.tags_of(facts.entry.name)
+        released = (f"\n\nReleased at smaller budgets (each card says which): "
+                    f"{', '.join(f'`{t}`' for t in tags)}; `hscl_zoo.load(\"{facts.entry.name}\")` loads "
+                    f"`{registry.resolve(facts.entry.name).name}`." if tags else "")
         return (f"**Weights not published yet.** This card describes the model the zoo will publish at "
                 f"`{facts.hub_repo}`; it claims no results until then. Train it yourself with\n"
-                f"`{facts.entry.train_command}`.")
+                f"`{facts.entry.train_command}`.{released}")
     if facts.revision:
         return f"Published at [`{facts.hub_repo}`](https://huggingface.co/{facts.hub_repo}), revision `{facts.revision}`."
+    if facts.entry is not None and facts.training is None and facts.entry.published:
+        return (f"Released in the hscl_zoo repository under `releases/{facts.name}/` (not on the Hub yet), every file "
+                f"pinned by its sha256 in the zoo's registry; `{facts.hub_repo}` is its home once pushed.")
     where = f"[`{facts.hub_repo}`](https://huggingface.co/{facts.hub_repo})" if facts.hub_repo else "the Hugging Face Hub"
     return f"Trained with hscl_zoo and published at {where}."
 
@@ -240,6 +247,11 @@ def _format_value(value: Any) -> str:
 
 def _training(facts: _CardFacts) -> str:
     lines = []
+    if facts.entry is not None and facts.entry.budget and facts.training is None:
+        lines.append(f"Budget: {facts.entry.budget}, not the paper's recipe. The command that trained it is in the "
+                     "release's `eval.json` (`train_command`). For comparison, the paper's recipe:")
+        lines.append(_PAPER_RECIPE)
+        return "\n\n".join(lines)
     if facts.config:
         where = " (shipped with the `hscl-zoo` package)" if is_config_name(facts.config) else ""
         lines.append(f"Config: `{facts.config}`{where}; reproduce with `{registry.pretrain_command(facts.config)}`.")
@@ -268,7 +280,8 @@ def _results(facts: _CardFacts, results: Mapping[str, float]) -> str:
         paper_text = f"{paper:.2f}" + (f" ± {std:.2f}" if std is not None else "")
     unpublished = facts.entry is not None and facts.training is None and not facts.entry.published
     ours = f"{results['top1']:.2f}" if "top1" in results else ("not published yet" if unpublished else "not measured")
-    rows = [("this model", ours), ("paper, Table 1", paper_text)]
+    budget = facts.entry.budget if facts.entry is not None and facts.training is None else None
+    rows = [(f"this model ({budget})" if budget else "this model", ours), ("paper, Table 1", paper_text)]
     text = _table(("", "top-1 %"), rows)
     others = {k: v for k, v in results.items() if k != "top1"}
     if others:

@@ -1,15 +1,20 @@
-"""Loading encoders: ``model.safetensors`` + ``config.json``, from the Hub or a folder.
+"""Loading encoders: ``config.json`` + ``model.safetensors`` (or its shards and index), from the
+Hub or a folder.
 
 Saving and pushing them is :mod:`hscl_zoo.zoo.saving`. Sources ``hscl_zoo.load`` understands:
 
-* a zoo name (``"hscl-beta-cifar100"``): the registry's Hub repo at its pinned revision, with the
-  weights' sha256 checked;
+* a zoo name (``"hscl-beta-cifar100"``, or a tagged one, ``"hscl-beta-cifar10.cpu-10k-5ep"``): the
+  files its registry entry pins, from a release folder, the Hub cache or the Hub
+  (:mod:`hscl_zoo.zoo.releases`), every sha256 checked;
 * ``"hf-hub:owner/repo"`` or ``"hf-hub:owner/repo@revision"``;
 * ``"local-dir:/path"`` or a bare existing directory, as written by ``save_pretrained``.
 
 Downloads go through ``huggingface_hub.hf_hub_download`` into the standard Hub cache, so
 ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE`` and ``local_files_only`` behave as everywhere else. Weights are
-loaded strictly: every key the config's architecture expects must be in the file, and nothing else.
+loaded strictly: every key the config's architecture expects must be in the files, and nothing
+else; sharded weights are checked against their index (:mod:`hscl_zoo.zoo.shards`). The module
+built is the one config.json's ``model_type`` names (:mod:`hscl_zoo.zoo.model_types`; none: an image
+encoder), in float32 unless ``dtype`` asks for the stored precision or another.
 
 A model folder is data, not code: config.json is checked against :mod:`hscl_zoo.zoo.schema` before
 anything is built; the architecture is then built on the meta device and compared with the
@@ -28,20 +33,22 @@ from typing import Any
 
 import torch
 from huggingface_hub import constants, hf_hub_download
-from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import validate_repo_id
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
+from torch import nn
 
 import hscl_zoo.zoo.registry as registry
 from hscl_zoo._version import __version__
-from hscl_zoo.models import ContrastiveEncoder
-from hscl_zoo.zoo.schema import read_config
+from hscl_zoo.zoo.model_types import build_model
+from hscl_zoo.zoo.releases import ChecksumMismatchError, NotCachedError, fetch_release
+from hscl_zoo.zoo.schema import check_config, read_config
+from hscl_zoo.zoo.shards import DTYPES, INDEX_NAME, WEIGHTS_NAME, WeightFiles, dtype_name, read_state, tensor_shapes, weight_files
 
 __all__ = [
     "CONFIG_NAME",
     "WEIGHTS_NAME",
+    "INDEX_NAME",
     "ModelSource",
     "WeightsNotPublishedError",
     "NotCachedError",
@@ -55,7 +62,6 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 _HUB_PREFIX = "hf-hub:"
 _LOCAL_PREFIX = "local-dir:"
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -63,14 +69,6 @@ _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 class WeightsNotPublishedError(LookupError):
     """A zoo name whose weights are not on the Hub yet."""
-
-
-class NotCachedError(FileNotFoundError):
-    """The Hub cannot be reached (or offline mode is on) and the file is not in the cache."""
-
-
-class ChecksumMismatchError(ValueError):
-    """A weights file whose sha256 differs from the one the registry pins."""
 
 
 class ConfigMismatchError(ValueError):
@@ -117,7 +115,8 @@ def parse_source(source: str | os.PathLike[str] | registry.ZooEntry, revision: s
     revisions, and ``FileNotFoundError`` for a ``local-dir:`` that does not exist.
     """
     if isinstance(source, registry.ZooEntry):
-        return _zoo_source(source, revision)
+        return _zoo_source(registry.resolve(source.name) if source.tag is None and not source.published else source,
+                           revision)
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if not isinstance(source, str) or not source:
@@ -139,7 +138,7 @@ def parse_source(source: str | os.PathLike[str] | registry.ZooEntry, revision: s
         return _local_source(path, revision)
 
     if registry.is_model(source):
-        return _zoo_source(registry.info(source), revision)
+        return _zoo_source(registry.resolve(source), revision)
 
     path = Path(os.path.expanduser(source))
     if path.is_dir():
@@ -172,30 +171,71 @@ def _local_source(path: Path, revision: str | None) -> ModelSource:
     return ModelSource("local-dir", path=path)
 
 
-def _hub_file(src: ModelSource, filename: str, *, local_files_only: bool, cache_dir: str | os.PathLike[str] | None) -> Path:
+def _not_cached(src: ModelSource, filename: str, offline: bool, cache_dir: str | os.PathLike[str] | None,
+                err: Exception) -> NotCachedError:
+    cache_root = Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE).expanduser()
+    repo_cache = cache_root / repo_folder_name(repo_id=src.repo_id, repo_type="model")
+    revision = src.revision or "main"
+    why = ("offline mode is on (HF_HUB_OFFLINE=1 or local_files_only=True)" if offline
+           else "the Hub could not be reached")
+    local = f"./{src.repo_id.split('/')[-1]}"
+    error = NotCachedError(
+        f"Cannot load {filename} of {src.repo_id}@{revision}: {why} and it is not in the Hub cache at "
+        f"{repo_cache}. Either go online and retry, or on a machine with network run\n"
+        f"    hf download {src.repo_id} --revision {revision} --local-dir {local}\n"
+        f"copy that folder here and load it with hscl_zoo.load('local-dir:{local}')."
+    )
+    error.__cause__ = err
+    return error
+
+
+def _hub_files(src: ModelSource, *, local_files_only: bool, cache_dir: str | os.PathLike[str] | None
+               ) -> tuple[Path, WeightFiles]:
+    """config.json and the weights of a Hub repo: model.safetensors, or (when the repo has none)
+    the index and every shard it names."""
     offline = local_files_only or _env_offline()
+
+    def download(filename: str) -> Path:
+        return Path(hf_hub_download(src.repo_id, filename, revision=src.revision, cache_dir=cache_dir,
+                                    local_files_only=offline, library_name="hscl_zoo", library_version=__version__))
+
     try:
-        return Path(hf_hub_download(
-            src.repo_id, filename, revision=src.revision, cache_dir=cache_dir, local_files_only=offline,
-            library_name="hscl_zoo", library_version=__version__,
-        ))
+        single: Path | None = download(WEIGHTS_NAME)
+    except (EntryNotFoundError, LocalEntryNotFoundError) as err:
+        single, first_error = None, err
+    if single is None:
+        try:
+            index = download(INDEX_NAME)
+        except (EntryNotFoundError, LocalEntryNotFoundError):
+            if isinstance(first_error, LocalEntryNotFoundError):
+                raise _not_cached(src, WEIGHTS_NAME, offline, cache_dir, first_error) from None
+            raise FileNotFoundError(f"{src.repo_id}@{src.revision or 'main'} has neither {WEIGHTS_NAME} nor "
+                                    f"{INDEX_NAME}: it is not a repo written by hscl_zoo.push_to_hub.") from None
+
+    def find(name: str) -> Path | None:
+        if name == WEIGHTS_NAME:
+            return single
+        if name == INDEX_NAME:
+            return index if single is None else None
+        try:
+            return download(name)
+        except EntryNotFoundError:
+            return None
+        except LocalEntryNotFoundError as err:
+            raise _not_cached(src, name, offline, cache_dir, err) from None
+
+    weights = weight_files(find, f"{src.repo_id}@{src.revision or 'main'}")
+    try:
+        config = download(CONFIG_NAME)
     except LocalEntryNotFoundError as err:
-        cache_root = Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE).expanduser()
-        repo_cache = cache_root / repo_folder_name(repo_id=src.repo_id, repo_type="model")
-        revision = src.revision or "main"
-        why = ("offline mode is on (HF_HUB_OFFLINE=1 or local_files_only=True)" if offline
-               else "the Hub could not be reached")
-        local = f"./{src.repo_id.split('/')[-1]}"
-        raise NotCachedError(
-            f"Cannot load {filename} of {src.repo_id}@{revision}: {why} and it is not in the Hub cache at "
-            f"{repo_cache}. Either go online and retry, or on a machine with network run\n"
-            f"    hf download {src.repo_id} --revision {revision} --local-dir {local}\n"
-            f"copy that folder here and load it with hscl_zoo.load('local-dir:{local}')."
-        ) from err
+        raise _not_cached(src, CONFIG_NAME, offline, cache_dir, err) from None
+    return config, weights
 
 
-def _local_files(path: Path) -> tuple[Path, Path]:
-    missing = [name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (path / name).is_file()]
+def _local_files(path: Path) -> tuple[Path, WeightFiles]:
+    has_weights = (path / WEIGHTS_NAME).is_file() or (path / INDEX_NAME).is_file()
+    missing = [name for name, there in ((CONFIG_NAME, (path / CONFIG_NAME).is_file()), (WEIGHTS_NAME, has_weights))
+               if not there]
     if missing:
         hint = ""
         if WEIGHTS_NAME in missing and any(p.suffix in (".bin", ".pt", ".pth") for p in path.iterdir()):
@@ -203,37 +243,51 @@ def _local_files(path: Path) -> tuple[Path, Path]:
         raise FileNotFoundError(f"{path} lacks {' and '.join(missing)}: it is not a folder written by "
                                 f"hscl_zoo.save_pretrained(model, directory).{hint}")
     folder = path.resolve()
-    for name in (CONFIG_NAME, WEIGHTS_NAME):
+
+    def inside(name: str) -> Path | None:
+        if not (path / name).is_file():
+            return None
         target = (path / name).resolve()
         if not target.is_relative_to(folder):
             raise ValueError(f"{path / name} links to {target}, outside the model folder {folder}; a folder's files "
                              "must lie inside it: copy the file in (cp -L) instead of linking to it.")
-    return path / CONFIG_NAME, path / WEIGHTS_NAME
+        return path / name
+
+    config = inside(CONFIG_NAME)
+    return config, weight_files(inside, str(path))
 
 
-def _check_sha256(path: Path, expected: str, what: str) -> None:
-    actual = sha256_file(path)
-    if actual != expected:
-        raise ChecksumMismatchError(
-            f"Refusing {path}: its sha256 is {actual}, but {what} pins {expected}. The cached file is corrupt or "
-            "was replaced; delete it (and the blob it links to) and load again with network access.")
+def _released_files(entry: registry.ZooEntry, *, offline: bool, cache_dir: str | os.PathLike[str] | None
+                    ) -> tuple[Path, WeightFiles]:
+    files = fetch_release(entry, offline=offline, cache_dir=cache_dir).files
+    if CONFIG_NAME not in files:
+        raise ValueError(f"The registry entry {entry.name} pins no {CONFIG_NAME}; a release pins every file of its "
+                         "folder (hscl-zoo release prints them).")
+    return files[CONFIG_NAME], weight_files(files.get, entry.name)
 
 
-def _file_shapes(weights_path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
-    """The tensor shapes a safetensors file declares, read from its header alone."""
-    try:
-        with safe_open(os.fspath(weights_path), framework="pt", device="cpu") as handle:
-            return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{weights_path} is not a readable safetensors file ({err}); re-save it with "
-                         "hscl_zoo.save_pretrained.") from None
+def _check_pins(entry: registry.ZooEntry, config: Path, weights: WeightFiles) -> None:
+    """A Hub repo loaded at a revision the registry pins: every file read must match its pin."""
+    read = {CONFIG_NAME: config, **dict(weights.paths)}
+    if weights.index is not None:
+        read[INDEX_NAME] = weights.index
+    for name, path in read.items():
+        pin = entry.files.get(name)
+        actual = sha256_file(path)
+        if pin is None or actual != pin.sha256:
+            raise ChecksumMismatchError(
+                f"Refusing {path}: its sha256 is {actual}, but the registry entry {entry.name} "
+                f"({entry.hub_repo}@{entry.revision}) pins {pin.sha256 if pin else 'no such file'}. The cached file is "
+                "corrupt or was replaced; delete it (and the blob it links to) and load again with network access.")
 
 
-def check_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str], *, config_path: str | None = None) -> None:
+def check_weights(model: nn.Module, weights: WeightFiles | str | os.PathLike[str], *, config_path: str | None = None) -> None:
     """Raise ``ConfigMismatchError`` naming every missing, unexpected or mis-shaped key if the
-    safetensors file does not match ``model``. Reads the file's header only, so ``model`` may live
-    on the meta device and nothing is allocated for a file that does not fit."""
-    state = _file_shapes(weights_path)
+    weights (a safetensors file, or ``WeightFiles``) do not match ``model``. Reads the headers
+    only, so ``model`` may live on the meta device and nothing is allocated for weights that do
+    not fit."""
+    files = _as_files(weights)
+    state = tensor_shapes(files)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -250,29 +304,34 @@ def check_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str
         hint = ""
         if unexpected and all(k.startswith(_WRAPPER_PREFIXES) for k in unexpected):
             hint = " The file was saved from a wrapped model (DDP 'module.' or torch.compile '_orig_mod.');"
+        what = getattr(model, "backbone_name", None) or type(model).__name__
         raise ConfigMismatchError(
-            f"{weights_path} does not match the {model.backbone_name} encoder described by {config} "
+            f"{files} does not match the {what} encoder described by {config} "
             f"({'; '.join(p for p in parts if p)}).{hint} Save the weights and the config from the same model "
             "with hscl_zoo.save_pretrained(model, directory).")
 
 
-def load_weights(model: ContrastiveEncoder, weights_path: str | os.PathLike[str], *, config_path: str | None = None) -> None:
-    """Load a safetensors file into ``model`` strictly; a file that does not match is refused by
+def _as_files(weights: WeightFiles | str | os.PathLike[str]) -> WeightFiles:
+    if isinstance(weights, WeightFiles):
+        return weights
+    path = Path(weights)
+    return WeightFiles({path.name: path}, {})
+
+
+def load_weights(model: nn.Module, weights: WeightFiles | str | os.PathLike[str], *, config_path: str | None = None) -> None:
+    """Load safetensors weights (a file, or ``WeightFiles``) into ``model`` strictly, each tensor
+    cast to the dtype of the model's own; weights that do not match are refused by
     ``check_weights`` before any tensor is read."""
-    check_weights(model, weights_path, config_path=config_path)
-    try:
-        state = load_file(os.fspath(weights_path), device="cpu")
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{weights_path} is not a readable safetensors file ({err}); re-save it with "
-                         "hscl_zoo.save_pretrained.") from None
-    model.load_state_dict(state, strict=True)
+    check_weights(model, weights, config_path=config_path)
+    model.load_state_dict(read_state(_as_files(weights)), strict=True)
 
 
-def _build(config: dict[str, Any], config_path: Path) -> ContrastiveEncoder:
-    try:
-        return ContrastiveEncoder.from_config(config)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{config_path}: {err}") from None
+def _stored_dtype(config: dict[str, Any], config_path: Path) -> str:
+    stored = config.get("torch_dtype", "float32")
+    if stored not in DTYPES:
+        raise ValueError(f"{config_path}: torch_dtype {stored!r} is not one of {list(DTYPES)}; re-save the model "
+                         "with hscl_zoo.save_pretrained.")
+    return stored
 
 
 def load(
@@ -282,35 +341,45 @@ def load(
     revision: str | None = None,
     local_files_only: bool | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
-) -> ContrastiveEncoder:
-    """Load a trained encoder in eval mode, with ``model.transform`` and ``model.class_names``.
+    dtype: torch.dtype | str | None = None,
+) -> nn.Module:
+    """Load a trained encoder in eval mode; an image encoder comes with ``model.transform`` and
+    ``model.class_names``.
 
-    ``source`` is a zoo name, ``hf-hub:owner/repo[@revision]``, ``local-dir:/path`` or an existing
-    directory. Hub files come from the standard cache (``cache_dir`` overrides it); offline mode
-    (``HF_HUB_OFFLINE=1`` or ``local_files_only=True``) never touches the network. The weights'
-    sha256 is checked whenever the registry pins it. ``device`` defaults to CPU.
+    ``source`` is a zoo name (tagged, or bare for its default tag), ``hf-hub:owner/repo[@revision]``,
+    ``local-dir:/path`` or an existing directory. A zoo name's files come from the first source
+    that holds them with every sha256 matching (:mod:`hscl_zoo.zoo.releases`); Hub files come from
+    the standard cache (``cache_dir`` overrides it); offline mode (``HF_HUB_OFFLINE=1`` or
+    ``local_files_only=True``) never touches the network. Weights stored in bfloat16 or float16
+    load into float32 modules unless ``dtype`` says otherwise (``"stored"``: as stored).
+    ``device`` defaults to CPU.
 
     Example::
 
-        model = hscl_zoo.load("hscl-beta-cifar100")
-        probs = model.predict(PIL.Image.open("cat.png"))   # (1, 100) class probabilities
+        model = hscl_zoo.load("hscl-beta-cifar10")          # its best published tag
+        probs = model.predict(PIL.Image.open("cat.png"))   # (1, 10) class probabilities
     """
     src = parse_source(source, revision)
+    offline = bool(local_files_only) or _env_offline()
     if src.kind == "local-dir":
-        config_path, weights_path = _local_files(src.path)
-        entry = None
+        config_path, weights = _local_files(src.path)
+    elif src.kind == "zoo":
+        config_path, weights = _released_files(src.entry, offline=offline, cache_dir=cache_dir)
     else:
-        offline = bool(local_files_only)
-        weights_path = _hub_file(src, WEIGHTS_NAME, local_files_only=offline, cache_dir=cache_dir)
-        config_path = _hub_file(src, CONFIG_NAME, local_files_only=offline, cache_dir=cache_dir)
-        entry = src.entry or registry.find_by_repo(src.repo_id, src.revision)
-    if entry is not None:
-        _check_sha256(weights_path, entry.sha256, f"the registry entry {entry.name} ({entry.hub_repo}@{entry.revision})")
+        config_path, weights = _hub_files(src, local_files_only=bool(local_files_only), cache_dir=cache_dir)
+        entry = registry.find_by_repo(src.repo_id, src.revision)
+        if entry is not None:
+            _check_pins(entry, config_path, weights)
 
-    config = read_config(config_path)
+    config = read_config(config_path, check=False)
+    if not isinstance(config, dict) or "model_type" not in config:
+        config = check_config(config, str(config_path))
+    stored = _stored_dtype(config, config_path)
+    target = DTYPES[stored if dtype == "stored" else dtype_name(dtype if dtype is not None else torch.float32)]
     with torch.device("meta"):
-        check_weights(_build(config, config_path), weights_path, config_path=str(config_path))
-    model = _build(config, config_path)
-    load_weights(model, weights_path, config_path=str(config_path))
-    model.training_summary = config.get("training")
-    return model.to(torch.device(device) if device is not None else "cpu").eval()
+        check_weights(build_model(config, str(config_path)), weights, config_path=str(config_path))
+    model = build_model(config, str(config_path))
+    load_weights(model, weights, config_path=str(config_path))
+    if hasattr(model, "training_summary"):
+        model.training_summary = config.get("training")
+    return model.to(device=torch.device(device) if device is not None else "cpu", dtype=target).eval()

@@ -1,12 +1,18 @@
-"""The zoo's names: one entry per published or planned model, each tied to a Hub repo, a pinned
-revision and the sha256 of its weights.
+"""The zoo's names: one entry per published or planned model, each tied to a Hub repo and, once
+published, to the sha256 of every file of its release.
 
 The registry knows names, repos, backbones, revisions, checksums and published metrics, and
 nothing of training. The paper's grid (every method x dataset of Table 1, on ResNet-50) is
 generated from the method table (``hscl_zoo.losses.methods``) and the dataset table
 (``hscl_zoo.data.catalog``); any other model is one ``register_model(ZooEntry(...))``.
-Publishing a model is one line in ``_PUBLISHED`` (commit, sha256, metrics), written after
-``hscl_zoo.push_to_hub``.
+
+Names say what was trained, as timm's tags do: ``hscl-beta-cifar10`` is the paper's model (Table
+1's number, the paper's recipe), ``hscl-beta-cifar10.cpu-10k-5ep`` a release of it trained at a
+named smaller budget. Publishing a release is one entry in ``_RELEASES``, pasted from what
+``hscl-zoo release`` prints: per-file sha256 and size, the budget, the measured metrics, and the
+Hub commit once ``hscl-zoo push`` has uploaded it. An entry is published when it pins its files;
+where they are read from (a release folder, the Hub cache, the Hub) is
+:mod:`hscl_zoo.zoo.releases`. The bare name loads its best published tag (``resolve``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from hscl_zoo._table import NamedTable
 from hscl_zoo.data.catalog import DATASETS
@@ -24,6 +31,7 @@ from hscl_zoo.losses.methods import METHODS
 
 __all__ = [
     "ZooEntry",
+    "FilePin",
     "HUB_ORG",
     "PAPER_BACKBONE",
     "list_models",
@@ -34,18 +42,66 @@ __all__ = [
     "find_by_repo",
     "pretrain_command",
     "register_model",
+    "resolve",
+    "tags_of",
 ]
 
 HUB_ORG = "hscl-zoo"
 PAPER_BACKBONE = "resnet50"
 """The backbone of the paper's Table 1, and of the zoo's entries for it."""
 
-# name: (pinned 40-hex commit of the Hub repo, sha256 of model.safetensors, published metrics in %)
-_PUBLISHED: dict[str, tuple[str, str, dict[str, float]]] = {
+# "<paper name>.<tag>": what ``hscl-zoo release`` printed (backbone, budget, files, metrics), and the
+# Hub commit ``hscl-zoo push`` printed (None until pushed).
+_RELEASES: dict[str, dict[str, Any]] = {
+    "hscl-beta-cifar10.cpu-1500": {
+        "backbone": "resnet18",
+        "budget": "the cpu-cifar10 smoke budget: ResNet-18 (timm stem), 6 epochs on a class-balanced 1,500-image CIFAR-10 subset (300 test images), batch 128, float32 training on 2 CPU cores",
+        "revision": None,
+        "files": {
+            "README.md": {
+                "sha256": "265ae8462f25750b6cfc02dfa099094b7fed2462faf41b598b00aba3b8009fb1",
+                "size": 4311
+            },
+            "config.json": {
+                "sha256": "ca8590dbbf3d0108453ee3ea55746fa666f762852a9f22a0196f066615b70165",
+                "size": 3079
+            },
+            "eval.json": {
+                "sha256": "46cedb5eab056a629f4ae1950531fb1193385b2f358cb197ab379e08295f8634",
+                "size": 1455
+            },
+            "model-00001-of-00002.safetensors": {
+                "sha256": "d84ab7e8ea4a2e033eed49e036200f2e97d06f7298141bc5b13ea526983aadfd",
+                "size": 12937472
+            },
+            "model-00002-of-00002.safetensors": {
+                "sha256": "2a16c9e2e2a9411b5fbf81ffe741691c700943ecc69d26582ed66cc09be1f98b",
+                "size": 10117380
+            },
+            "model.safetensors.index.json": {
+                "sha256": "627d7662437631df377822ec4e82deb326514d8110ad5b3da8c3c9e549787be6",
+                "size": 9931
+            }
+        },
+        "metrics": {
+            "top1": 26.0,
+            "top5": 84.67,
+            "knn_top1": 24.0
+        }
+    },
 }
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_TAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+class FilePin(NamedTuple):
+    """One file of a release: its sha256 (hex) and size in bytes."""
+
+    sha256: str
+    size: int
 
 
 def pretrain_command(config: str) -> str:
@@ -61,9 +117,11 @@ class ZooEntry:
     the name of a config shipped in ``hscl_zoo.configs`` (the paper's grid: the zoo name) or the
     path of a YAML file.
 
-    ``revision``, ``sha256`` and ``metrics`` stay empty until the weights are published;
-    ``metrics`` holds only measured numbers (top-1 % of the linear probe, ...), never the paper's,
-    which are in ``paper_top1`` / ``paper_top1_std``.
+    A tagged entry (``name`` = ``<paper name>.<tag>``) is a release trained at ``budget``, a
+    sentence saying what it was trained with. ``files`` pins every file of the release (name ->
+    ``FilePin``) and stays empty until it is published; ``revision`` is the Hub commit holding the
+    files, once pushed. ``metrics`` holds only measured numbers (top-1 % of the linear probe, ...),
+    never the paper's, which are in ``paper_top1`` / ``paper_top1_std``.
     """
 
     name: str
@@ -75,8 +133,10 @@ class ZooEntry:
     paper_top1: float | None = None
     paper_top1_std: float | None = None
     revision: str | None = None
-    sha256: str | None = None
+    files: Mapping[str, FilePin] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
+    tag: str | None = None
+    budget: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -85,15 +145,28 @@ class ZooEntry:
             raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}.")
         if not isinstance(self.backbone, str) or not self.backbone:
             raise ValueError(f"{self.name}: backbone must name a timm model (e.g. 'resnet50'), got {self.backbone!r}.")
-        if (self.revision is None) != (self.sha256 is None):
-            raise ValueError(f"{self.name}: revision and sha256 are published together; got "
-                             f"revision={self.revision!r}, sha256={self.sha256!r}.")
+        if self.tag is not None:
+            if not isinstance(self.tag, str) or not _TAG_RE.match(self.tag) or not self.name.endswith(f".{self.tag}"):
+                raise ValueError(f"{self.name}: tag {self.tag!r} must be lowercase letters, digits and '-', and end "
+                                 "the name after a '.' (e.g. 'hscl-beta-cifar10.cpu-10k').")
+            if not self.budget:
+                raise ValueError(f"{self.name}: a tagged release states its budget (what it was trained with).")
+        elif "." in self.name:
+            raise ValueError(f"{self.name}: a name with a '.' is a tagged release; give tag={self.name.split('.')[-1]!r}.")
+        for name, pin in self.files.items():
+            if not _FILE_RE.match(name) or not isinstance(pin, tuple) or len(pin) != 2 \
+                    or not _SHA256_RE.match(str(pin[0])) or isinstance(pin[1], bool) or not isinstance(pin[1], int):
+                raise ValueError(f"{self.name}: files must map plain file names to (sha256, size) with 64 lowercase "
+                                 f"hex digits and an int; got {name!r}: {pin!r}.")
+        object.__setattr__(self, "files", MappingProxyType({k: FilePin(*v) for k, v in self.files.items()}))
+        if self.files and not any(name.endswith(".safetensors") for name in self.files):
+            raise ValueError(f"{self.name}: a release pins its weights; files names no .safetensors file.")
+        if self.revision is not None and not self.files:
+            raise ValueError(f"{self.name}: a revision pins files; give files (name -> sha256, size) with it.")
         if self.revision is not None and not _COMMIT_RE.match(self.revision):
             raise ValueError(f"{self.name}: revision must pin a full 40-hex commit, got {self.revision!r}.")
-        if self.sha256 is not None and not _SHA256_RE.match(self.sha256):
-            raise ValueError(f"{self.name}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}.")
-        if self.metrics and self.revision is None:
-            raise ValueError(f"{self.name}: metrics without published weights; publish revision and sha256 first.")
+        if self.metrics and not self.files:
+            raise ValueError(f"{self.name}: metrics without published weights; pin the release's files first.")
         for key, value in self.metrics.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{self.name}: metric {key!r} must be a number, got {value!r}.")
@@ -101,8 +174,13 @@ class ZooEntry:
 
     @property
     def published(self) -> bool:
-        """Whether weights are on the Hub at a pinned revision with a known checksum."""
-        return self.revision is not None
+        """Whether the entry pins the sha256 of every file of its release (so it can be loaded)."""
+        return bool(self.files)
+
+    @property
+    def base_name(self) -> str:
+        """The name without its tag: the paper's model this release is of."""
+        return self.name.partition(".")[0]
 
     @property
     def num_classes(self) -> int:
@@ -126,18 +204,25 @@ class ZooEntry:
             f"  config:      {self.config}",
             f"  paper top-1: {paper} %",
         ]
+        if self.budget:
+            lines.append(f"  budget:      {self.budget}")
         if self.published:
             metrics = ", ".join(f"{k}={v:g}" for k, v in self.metrics.items()) or "none recorded"
-            lines += [
-                f"  status:      published at revision {self.revision}",
-                f"  sha256:      {self.sha256}",
-                f"  metrics:     {metrics}",
-            ]
+            where = f"the Hub at revision {self.revision}" if self.revision else "releases/ (not on the Hub yet)"
+            lines += [f"  status:      published: {where}"]
+            lines += [f"  file:        {name} sha256 {pin.sha256} ({pin.size:,} bytes)" for name, pin in self.files.items()]
+            lines += [f"  metrics:     {metrics}"]
+        elif tags_of(self.name):
+            lines += ["  status:      the paper's recipe is not published; releases at other budgets are"]
         else:
             lines += [
                 "  status:      not published yet (no weights, no metrics)",
                 f"  train it:    {self.train_command}",
             ]
+        tags = tags_of(self.name)
+        if tags:
+            default = resolve(self.name).name
+            lines += [f"  tags:        {', '.join(t + (' (default)' if t == default else '') for t in tags)}"]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -160,17 +245,30 @@ def paper_entry(method: str, dataset: str, backbone: str = PAPER_BACKBONE) -> Zo
     published, its pinned revision, checksum and metrics."""
     name = f"{method}-{dataset}"
     top1, std = METHODS[method].paper_top1[dataset]
-    revision, sha256, metrics = _PUBLISHED.get(name, (None, None, {}))
     return ZooEntry(name=name, method=method, dataset=dataset, backbone=backbone, hub_repo=f"{HUB_ORG}/{name}",
-                    config=name, paper_top1=top1, paper_top1_std=std, revision=revision,
-                    sha256=sha256, metrics=metrics)
+                    config=name, paper_top1=top1, paper_top1_std=std)
+
+
+def release_entry(name: str, release: Mapping[str, Any]) -> ZooEntry:
+    """The entry of a tagged release ``<paper name>.<tag>`` of ``_RELEASES``: the paper entry's
+    method, dataset and Table 1 number, the release's own backbone, budget, files and metrics,
+    and its own Hub repo (``hscl-zoo/<name>``, one repo per tag as timm does)."""
+    base, _, tag = name.partition(".")
+    paper = _ENTRIES[base] if base in _ENTRIES else None
+    if paper is None or not tag:
+        raise ValueError(f"_RELEASES names {name!r}, which is not '<zoo name>.<tag>' of a zoo name.")
+    return ZooEntry(name=name, method=paper.method, dataset=paper.dataset, backbone=release["backbone"],
+                    hub_repo=f"{HUB_ORG}/{name}", config=paper.config, paper_top1=paper.paper_top1,
+                    paper_top1_std=paper.paper_top1_std, revision=release.get("revision"),
+                    files={k: (v["sha256"], v["size"]) for k, v in release["files"].items()},
+                    metrics=release["metrics"], tag=tag, budget=release["budget"])
 
 
 for _spec in tuple(METHODS.values()):
     for _dataset in _spec.paper_top1:
         register_model(paper_entry(_spec.name, _dataset))
-if set(_PUBLISHED) - set(_ENTRIES):
-    raise ValueError(f"_PUBLISHED names {sorted(set(_PUBLISHED) - set(_ENTRIES))} are not zoo names.")
+for _name, _release in _RELEASES.items():
+    register_model(release_entry(_name, _release))
 
 
 def list_models(pattern: str | Iterable[str] = "*", published_only: bool = False) -> list[str]:
@@ -212,11 +310,26 @@ def info(name: str) -> ZooEntry:
 
 
 def find_by_repo(repo_id: str, revision: str | None) -> ZooEntry | None:
-    """The published entry pinned to exactly this repo and revision, if any (to check its sha256)."""
+    """The published entry pinned to exactly this repo and revision, if any (to check its files)."""
     for entry in _ENTRIES.values():
-        if entry.published and entry.hub_repo == repo_id and entry.revision == revision:
+        if entry.published and entry.revision is not None and entry.hub_repo == repo_id and entry.revision == revision:
             return entry
     return None
+
+
+def tags_of(name: str) -> list[str]:
+    """The tagged names of a zoo name (``hscl-beta-cifar10`` -> ``[hscl-beta-cifar10.cpu-10k-5ep]``), sorted."""
+    return sorted(n for n, e in _ENTRIES.items() if e.tag is not None and e.base_name == name)
+
+
+def resolve(name: str) -> ZooEntry:
+    """The entry ``load(name)`` reads: a tagged name's own; for a bare name, its default tag (the
+    published tag with the best linear top-1) when it has one, else the bare entry itself."""
+    entry = info(name)
+    published = [_ENTRIES[t] for t in tags_of(name) if _ENTRIES[t].published] if entry.tag is None else []
+    if not entry.published and published:
+        return max(published, key=lambda e: (e.metrics.get("top1", float("-inf")), e.name))
+    return entry
 
 
 def entries() -> list[ZooEntry]:

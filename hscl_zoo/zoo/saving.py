@@ -1,5 +1,6 @@
-"""Saving an encoder in the Hub's layout (``model.safetensors`` + ``config.json`` with its
-training summary) and pushing it to a Hub model repo; :mod:`hscl_zoo.zoo.hub` loads it back.
+"""Saving an encoder in the Hub's layout (``model.safetensors``, or shards and their index, in
+float32, bfloat16 or float16, + ``config.json`` with its training summary and stored precision)
+and pushing it to a Hub model repo; :mod:`hscl_zoo.zoo.hub` loads it back.
 """
 
 from __future__ import annotations
@@ -13,15 +14,21 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import HfApi
-from safetensors.torch import save_file
+import torch
 from torch import nn
 
 from hscl_zoo._version import __version__
 from hscl_zoo.models import ContrastiveEncoder
-from hscl_zoo.zoo.hub import CONFIG_NAME, WEIGHTS_NAME, check_repo_id, sha256_file
+from hscl_zoo.zoo.hub import CONFIG_NAME, check_repo_id, sha256_file
+from hscl_zoo.zoo.model_types import MODEL_TYPES
 from hscl_zoo.zoo.schema import check_config
+from hscl_zoo.zoo.shards import INDEX_NAME, WEIGHTS_NAME, cast_state, dtype_name, write_weights
 
-__all__ = ["TRAINING_KEYS", "PushResult", "save_pretrained", "push_to_hub"]
+__all__ = ["TRAINING_KEYS", "DEFAULT_MAX_SHARD_SIZE", "PushResult", "save_pretrained", "push_to_hub"]
+
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+"""huggingface_hub's default: one file for any encoder the zoo trains; ``"15MiB"`` fits a ResNet-18
+in bfloat16 (22 MiB) into files a GPU machine may hand back (16 MiB each)."""
 
 TRAINING_KEYS = ("dataset", "method", "hyperparameters", "epochs", "global_batch_size",
                  "expected_negatives_per_anchor")
@@ -40,8 +47,10 @@ class PushResult:
     commit_url: str
 
 
-def _unwrap(model: nn.Module) -> ContrastiveEncoder:
-    while not isinstance(model, ContrastiveEncoder):
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The encoder inside DDP / torch.compile wrappers: a ContrastiveEncoder, or a module of a
+    registered model type (one with ``to_config()``)."""
+    while not isinstance(model, ContrastiveEncoder) and not callable(getattr(model, "to_config", None)):
         inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
         if not isinstance(inner, nn.Module):
             raise TypeError(f"save_pretrained expects a hscl_zoo ContrastiveEncoder (optionally wrapped by DDP or "
@@ -63,11 +72,20 @@ def _check_training(training: Mapping[str, Any]) -> dict[str, Any]:
     return dict(training)
 
 
-def _config_json(model: ContrastiveEncoder, training: Mapping[str, Any] | None) -> str:
-    config = model.model_config()
+def _config_json(model: nn.Module, training: Mapping[str, Any] | None, stored: str) -> str:
+    if isinstance(model, ContrastiveEncoder):
+        config = model.model_config()
+    else:
+        config = dict(model.to_config())
+        if config.get("model_type") not in MODEL_TYPES:
+            raise ValueError(f"{type(model).__name__}.to_config() gives model_type {config.get('model_type')!r}, "
+                             f"which no loader knows ({', '.join(sorted(MODEL_TYPES))}); register it with "
+                             "hscl_zoo.zoo.model_types.register_model_type.")
+    config["torch_dtype"] = stored
     if training is not None:
         config["training"] = _check_training(training)
-    check_config(config, where=f"the {CONFIG_NAME} to save")
+    if isinstance(model, ContrastiveEncoder):
+        check_config(config, where=f"the {CONFIG_NAME} to save")
     try:
         return json.dumps(config, indent=2, sort_keys=False, allow_nan=False) + "\n"
     except (TypeError, ValueError) as err:
@@ -80,19 +98,30 @@ def save_pretrained(
     save_directory: str | os.PathLike[str],
     *,
     training: Mapping[str, Any] | None = None,
+    dtype: torch.dtype | str = torch.float32,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
 ) -> Path:
-    """Write ``model.safetensors`` and ``config.json`` (with the training summary) to a folder.
+    """Write ``model.safetensors`` (or, above ``max_shard_size``, shards
+    ``model-0000k-of-0000N.safetensors`` and ``model.safetensors.index.json``, split by
+    ``huggingface_hub.split_torch_state_dict_into_shards``) and ``config.json`` (with the training
+    summary) to a folder.
+
+    ``dtype`` (``torch.float32``, ``torch.bfloat16`` or ``torch.float16``) is the precision the
+    floating-point tensors are stored in, recorded as config.json's ``torch_dtype``; ``load``
+    gives float32 modules back unless asked otherwise.
 
     The config is checked against :mod:`hscl_zoo.zoo.schema` first, so a folder that saves also
     loads (a model built with timm keyword arguments outside ``schema.TIMM_KWARGS`` is refused).
     Both files are written to temporary names first and renamed into place only when both are
-    complete, so a failed save never damages a good folder; other files in it (a README.md card,
-    metrics) are left alone. DDP / torch.compile wrappers are unwrapped so keys carry no prefix.
-    ``training`` needs the keys in ``TRAINING_KEYS``. Returns the folder.
+    complete, so a failed save never damages a good folder; weight files of an earlier save that
+    the new one does not write are then removed, and other files (a README.md card, metrics) are
+    left alone. DDP / torch.compile wrappers are unwrapped so keys carry no prefix. ``training``
+    needs the keys in ``TRAINING_KEYS``. Returns the folder.
     """
     encoder = _unwrap(model)
-    config_text = _config_json(encoder, training)
-    state = {k: v.detach().to("cpu").contiguous() for k, v in encoder.state_dict().items()}
+    stored = dtype_name(dtype)
+    config_text = _config_json(encoder, training, stored)
+    state = cast_state({k: v.detach().to("cpu").contiguous() for k, v in encoder.state_dict().items()}, stored)
 
     target = Path(save_directory).expanduser()
     if target.exists() and not target.is_dir():
@@ -100,11 +129,14 @@ def save_pretrained(
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
         staging_dir = Path(staging)
-        save_file(state, staging_dir / WEIGHTS_NAME, metadata={"format": "pt"})
+        written = write_weights(state, staging_dir, max_shard_size=max_shard_size)
         (staging_dir / CONFIG_NAME).write_text(config_text, encoding="utf-8")
         target.mkdir(exist_ok=True)
-        os.replace(staging_dir / WEIGHTS_NAME, target / WEIGHTS_NAME)
-        os.replace(staging_dir / CONFIG_NAME, target / CONFIG_NAME)
+        for name in [*written, CONFIG_NAME]:
+            os.replace(staging_dir / name, target / name)
+    for stale in (p for p in target.glob("model*.safetensors*") if p.name not in written):
+        if stale.name == INDEX_NAME or stale.name.endswith(".safetensors"):
+            stale.unlink()
     return target
 
 
@@ -131,7 +163,7 @@ def push_to_hub(
         if card is not None:
             (folder / "README.md").write_text(card, encoding="utf-8")
         for name, content in (extra_files or {}).items():
-            if Path(name).name in (CONFIG_NAME, WEIGHTS_NAME, "README.md") or Path(name).is_absolute():
+            if Path(name).name in (CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "README.md") or Path(name).is_absolute():
                 raise ValueError(f"extra file {name!r} would overwrite the model files or leave the repo.")
             path = folder / name
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,8 @@ from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS
 from hscl_zoo.hub_link import CONFIG_LIBRARY_NAME
 
 __all__ = ["ConfigSchemaError", "TIMM_KWARGS", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NUM_CLASSES",
-           "MAX_PROJ_DIM", "MAX_IMAGE_SIZE", "MAX_PATCH_GRID", "check_config", "parse_config", "read_config"]
+           "MAX_PROJ_DIM", "MAX_IMAGE_SIZE", "MAX_PATCH_GRID", "check_config", "parse_json", "parse_config",
+           "read_config"]
 
 MAX_CONFIG_BYTES = 16 * 2**20
 MAX_DEPTH = 32
@@ -152,6 +153,8 @@ TOP_LEVEL: dict[str, Field] = {
     "label_names": Field(_names, required=False),
     "pretrained_cfg": Field(_object),
     "model_args": Field(_object),
+    "torch_dtype": Field(_choice(("float32", "bfloat16", "float16")), required=False,
+                         fix="save_pretrained records the stored precision; re-save the model with it"),
     "training": Field(_optional_object, required=False,
                       fix="give the training summary as an object, or remove it"),
 }
@@ -261,19 +264,25 @@ def _depth_exceeds(text: str, limit: int) -> bool:
     return False
 
 
-def parse_config(text: str, where: str = "config") -> dict[str, Any]:
-    """Parse config.json text (nesting bounded before parsing) and check it against the schema."""
+def parse_json(text: str, where: str = "config") -> Any:
+    """Parse config.json text, its nesting bounded before ``json`` recurses; no schema check."""
     if _depth_exceeds(text, MAX_DEPTH):
         raise ConfigSchemaError(f"{where}: nests deeper than {MAX_DEPTH} levels (a saved config is 4 deep); {_RESAVE}.")
     try:
-        config = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigSchemaError(f"{where}: is not valid JSON ({err}); {_RESAVE}.") from None
-    return check_config(config, where)
 
 
-def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check a config.json, reading at most ``MAX_CONFIG_BYTES`` (+1) bytes of it."""
+def parse_config(text: str, where: str = "config") -> dict[str, Any]:
+    """Parse config.json text (nesting bounded before parsing) and check it against the schema."""
+    return check_config(parse_json(text, where), where)
+
+
+def read_config(path: str | os.PathLike[str], *, check: bool = True) -> Any:
+    """Read a config.json, reading at most ``MAX_CONFIG_BYTES`` (+1) bytes of it, and check it
+    against the image encoder's schema (``check=False``: parse only, for a config with a
+    ``model_type`` whose own class checks it)."""
     with open(path, "rb") as handle:
         data = handle.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
@@ -283,4 +292,4 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigSchemaError(f"{path}: is not valid JSON ({err}); {_RESAVE}.") from None
-    return parse_config(text, str(Path(path)))
+    return parse_config(text, str(Path(path))) if check else parse_json(text, str(Path(path)))

@@ -1,0 +1,137 @@
+"""The loop closes (issue 39): every release committed under releases/ loads by its zoo name
+offline, from the committed files alone, every checksum verified; its linear head's top-1 on
+the real test split, counted here image by image, equals its eval.json, its registry metrics and
+its cards; and one edited byte in a weight file makes ``load`` refuse it in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import constants
+
+import hscl_zoo
+from hscl_zoo.zoo import registry
+from hscl_zoo.zoo.releases import RELEASES_ENV, pin_folder
+from helpers import REPO
+
+RELEASES = REPO / "releases"
+COMMITTED = sorted(registry._RELEASES)
+MAX_FILE = 16 * 2**20
+MAX_TOTAL = 150 * 2**20
+
+
+def test_releases_folder_holds_exactly_the_registered_releases_and_stays_small() -> None:
+    folders = sorted(p.name for p in RELEASES.iterdir() if p.is_dir()) if RELEASES.is_dir() else []
+    assert folders == COMMITTED and COMMITTED, "every release folder is registered, and at least one is committed"
+    sizes = [p.stat().st_size for p in RELEASES.rglob("*") if p.is_file()]
+    assert max(sizes) < MAX_FILE and sum(sizes) < MAX_TOTAL
+
+
+def test_the_wheel_carries_no_release() -> None:
+    manifest = (REPO / "MANIFEST.in").read_text()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert "releases" not in manifest and 'include = ["hscl_zoo*"]' in pyproject
+
+
+@pytest.fixture
+def offline_without_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Offline, an empty Hub cache and no mirror: the committed folder is the only source."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv(RELEASES_ENV, raising=False)
+
+
+def _test_split(recipe: dict, shared_data: Path):
+    from hscl_zoo.data import load_splits
+
+    data_dir = shared_data / Path(recipe["data_dir"]).name
+    return load_splits(recipe["dataset"], str(data_dir), subset=recipe.get("subset"), seed=recipe["seed"],
+                       full_test=bool(recipe.get("full_test", False))).test
+
+
+def _head_top1(model: torch.nn.Module, test) -> float:
+    """Top-1 of the model's own head: an image counts when its label's logit beats every other."""
+    right = 0
+    with torch.inference_mode():
+        for start in range(0, len(test), 256):
+            rows = test[start:start + 256]
+            batch = torch.stack([model.transform(image) for image in rows["image"]])
+            logits = model(batch)
+            for row, label in zip(logits, rows["label"]):
+                others = torch.cat([row[:label], row[label + 1:]])
+                right += int(row[label] > others.max())
+    return 100.0 * right / len(test)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_release_loads_by_name_and_scores_its_eval(name, shared_data, offline_without_cache) -> None:
+    entry = registry.info(name)
+    folder = RELEASES / name
+    assert pin_folder(folder) == dict(entry.files)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the committed copy verifies
+        model = hscl_zoo.load(name)
+    assert registry.resolve(entry.base_name).published  # the bare name loads a published tag
+    evaluation = json.loads((folder / "eval.json").read_text())
+    assert next(model.parameters()).dtype == torch.float32
+    assert json.loads((folder / "config.json").read_text())["torch_dtype"] == evaluation["stored_dtype"]
+
+    test = _test_split(model.training_summary["recipe_config"], shared_data)
+    assert len(test) == evaluation["test_images"]
+    top1 = _head_top1(model, test)
+    assert top1 == pytest.approx(evaluation["linear_top1"], abs=1e-4)  # float32 mean; an image is 1/3 point
+    assert abs(top1 - evaluation["float32_run"]["top1"]) <= evaluation["max_top1_drop"]
+    assert entry.metrics["top1"] == round(top1, 2)
+    assert f"| this model ({entry.budget}) | {top1:.2f} |" in (REPO / "model_cards" / f"{name}.md").read_text()
+    card = (folder / "README.md").read_text()
+    assert f"top-1 {top1:.2f} %" in card and evaluation["budget"] == entry.budget and entry.budget in card
+
+
+@pytest.fixture(scope="module")
+def fresh_checkout(tmp_path_factory) -> Path:
+    """The repository's tracked files alone, copied to a new folder (a clone without .git)."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    target = tmp_path_factory.mktemp("clone") / "hscl_zoo_checkout"
+    for name in filter(None, listed.decode().split("\0")):
+        if name.startswith(("hscl_zoo/", "releases/")) or name == "pyproject.toml":
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target / name)
+    return target
+
+
+def _load_in(checkout: Path, name: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "cache")}
+    env.pop(RELEASES_ENV, None)
+    code = (f"import hscl_zoo; m = hscl_zoo.load({name!r}); "
+            "print(hscl_zoo.__file__, sum(p.numel() for p in m.parameters()))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_in_a_fresh_checkout_it_loads_and_one_edited_byte_is_refused(name, fresh_checkout, tmp_path) -> None:
+    loaded = _load_in(fresh_checkout, name, tmp_path)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.startswith(str(fresh_checkout / "hscl_zoo" / "__init__.py"))
+
+    weights = sorted((fresh_checkout / "releases" / name).glob("model*.safetensors"))[0]
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    try:
+        refused = _load_in(fresh_checkout, name, tmp_path)
+    finally:
+        data[len(data) // 2] ^= 0x01
+        weights.write_bytes(bytes(data))
+    assert refused.returncode != 0
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("hscl_zoo.zoo.releases.ChecksumMismatchError: Refusing ") and str(weights) in last
+    assert f"pins {registry.info(name).files[weights.name].sha256}" in last
