@@ -248,7 +248,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from hscl_zoo.zoo.release import build_release, registry_entry_text
+    from hscl_zoo.training.release import build_release, registry_entry_text
 
     release = build_release(args.run_dir, args.name, dtype=args.dtype, out=args.out, max_shard_size=args.max_shard_size,
                             budget=args.budget, device=_device(args.device),
@@ -264,7 +264,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 def _cmd_push(args: argparse.Namespace) -> int:
     from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
-    from hscl_zoo.zoo.release import EVAL_NAME, push_release
+    from hscl_zoo.training.release import EVAL_NAME, push_release
 
     if (args.run_or_dir / EVAL_NAME).is_file():
         if args.dry_run or args.out or args.name:

@@ -20,7 +20,7 @@ from hscl_zoo.models import create_model
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.hub import ChecksumMismatchError, NotCachedError, load
 from hscl_zoo.zoo.registry import ZooEntry
-from hscl_zoo.zoo.release import ReleaseRefused, build_release, registry_entry_text
+from hscl_zoo.training.release import ReleaseRefused, build_release, registry_entry_text
 from hscl_zoo.zoo.releases import RELEASES_ENV, ReleaseFallbackWarning, pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
 from helpers import make_hub_cache
