@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import nn
 
-import hscl_zoo
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.releases import pin_folder
@@ -72,7 +71,7 @@ def check_release_name(name: str) -> tuple[str, str]:
 
 
 def _git_commit() -> str | None:
-    checkout = Path(hscl_zoo.__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]
     try:
         done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)

@@ -22,7 +22,6 @@ from pathlib import Path
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-import hscl_zoo
 from hscl_zoo._version import __version__
 from hscl_zoo.zoo.registry import FilePin, ZooEntry
 
@@ -67,7 +66,7 @@ def release_roots() -> list[Path]:
             raise FileNotFoundError(f"{RELEASES_ENV}={named} is not a directory; point it at a folder of release "
                                     "folders (<name>/config.json, ...) or unset it.")
         roots.append(root)
-    checkout = Path(hscl_zoo.__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "releases").is_dir():
         roots.append(checkout / "releases")
     return roots
