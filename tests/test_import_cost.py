@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hscl_zoo.zoo import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchvision", "timm", "datasets", "pandas", "accelerate", "sklearn", "PIL")
 
@@ -43,7 +45,7 @@ def test_list_and_info_import_no_torch(argv):
     loaded, out = imported_after(code)
     assert loaded == set()
     if argv == ["list"]:
-        assert len(out.splitlines()) == 20 and "hscl-beta-cifar100       not published" in out
+        assert len(out.splitlines()) == 20 + len(registry._RELEASES) and "hscl-beta-cifar100       not published" in out
     elif argv[0] == "info":
         assert "train it:    hscl-zoo train --config hscl-beta-cifar100" in out
 

@@ -91,7 +91,7 @@ def test_saved_model_files_and_config_keys(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
     config = json.loads((folder / "config.json").read_text())
     assert list(config) == ["library_name", "architecture", "num_classes", "num_features", "label_names",
-                            "pretrained_cfg", "model_args", "training"]
+                            "pretrained_cfg", "model_args", "torch_dtype", "training"]
     assert set(config["pretrained_cfg"]) == {"input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode",
                                              "num_classes"}
     assert set(config["model_args"]) == {"image_size", "small_stem", "proj_hidden_dim", "proj_dim"}
