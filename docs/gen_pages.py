@@ -6,11 +6,9 @@ and the links pointed there."""
 
 from __future__ import annotations
 
-import ast
 import io
 import os
 import re
-import tokenize
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -64,25 +62,16 @@ def rewrite_pages() -> None:
 
 
 def config_fields() -> list[tuple[str, str, str, str, str]]:
-    """(section, key, type, default, meaning) of every PretrainConfig field, read from the source:
-    the section comment above a group of fields and the comment that ends a field's line."""
-    source = (ROOT / "hscl_zoo/training/config.py").read_text()
-    comments = {tok.start[0]: tok.string.lstrip("# ").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-    lines = source.splitlines()
-    (cls,) = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "PretrainConfig"]
-    rows, section = [], ""
-    for node in cls.body:
-        if not isinstance(node, ast.AnnAssign):
-            continue
-        above = node.lineno - 1
-        if above in comments and lines[above - 1].lstrip().startswith("#"):
-            section = comments[above]
-        meaning = comments.get(node.lineno, "") if not lines[node.lineno - 1].lstrip().startswith("#") else ""
-        if not meaning:
-            raise SystemExit(f"docs: PretrainConfig.{node.target.id} has no comment saying what it is "
+    """(section, key, type, default, meaning) of every PretrainConfig field, as `hscl-zoo train
+    --help` reads them from the source (hscl_zoo.config_help)."""
+    from hscl_zoo.config_help import config_keys
+
+    rows = []
+    for key in config_keys():
+        if not key.meaning:
+            raise SystemExit(f"docs: PretrainConfig.{key.name} has no comment saying what it is "
                              "(hscl_zoo/training/config.py); add one at the end of its line.")
-        rows.append((section, node.target.id, ast.unparse(node.annotation), ast.unparse(node.value), meaning))
+        rows.append((key.section, key.name, key.type, key.default, key.meaning))
     return rows
 
 
@@ -122,6 +111,10 @@ def cli_page() -> None:
         if name == "train":
             out.write(f"{sub.description} Its keys are the [pretraining keys](config.md), as `--key value`.\n")
             continue
+        if name == "finetune":
+            from hscl_zoo.training.finetune import build_parser as finetune_parser
+
+            sub = finetune_parser(f"hscl-zoo {name}")
         out.write("```text\n" + sub.format_help().replace("usage: ", "", 1) + "```\n")
     with mkdocs_gen_files.open("cli.md", "w") as f:
         f.write(point_outside_links(text, "docs") + out.getvalue())

@@ -39,6 +39,7 @@ from accelerate.utils import DynamoBackend, InitProcessGroupKwargs, set_seed
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
+from hscl_zoo.config_help import build_train_parser
 from hscl_zoo.data.datasets import LoadedData, load_splits
 from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
@@ -77,7 +78,9 @@ __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "
            "export_run"]
 
 RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout"}
-LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
+LOSS_REFRESH_SECONDS = 0.5
+"""On CUDA, the least time between two progress-bar loss readbacks (each a host sync); on the CPU
+the bar shows every step's loss, which costs nothing to read."""
 LOST_PROCESS_SIGNS = ("gloo/", "pair closure", "closed by peer", "reset by peer", "Timed out waiting")
 """Parts of the errors gloo raises when another process died or stopped answering: its source
 path, or the text of those that lack it (a pair closed by this process's own timeout)."""
@@ -86,15 +89,7 @@ UNLABELLED_HEAD = "unlabelled"
 
 
 def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
-        epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
-    )
-    parser.add_argument("--config", help="a shipped config by zoo name (hscl-beta-cifar100; 'hscl-zoo list' "
-                        "names them) or a YAML file of config keys")
-    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
+    parser = build_train_parser(prog)
     args, rest = parser.parse_known_args(argv)
     try:
         overrides = parse_overrides(rest)
@@ -505,8 +500,8 @@ def train_epoch(
     """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
 
     `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
-    having finished the last one; the loss is read back from the device every `LOG_EVERY` steps
-    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps.
+    having finished the last one; the progress bar shows each step's loss (on CUDA at most every
+    `LOSS_REFRESH_SECONDS`) and the diagnostics updated every `diagnostics_every` steps.
 
     A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
     and count of the steps before it (the diagnostics cover only the steps after it). When `stop`
@@ -515,6 +510,7 @@ def train_epoch(
     meter = diagnostics_meter(cfg, loss_fn)
     loss_sum = torch.full((), carried[0], device=accelerator.device)
     steps, seen, started = carried[1], 0, time.perf_counter()
+    shown = -LOSS_REFRESH_SECONDS
     bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
                initial=start_step)
     for step, (images, labels, _) in enumerate(bar, start_step):
@@ -537,8 +533,9 @@ def train_epoch(
         seen += B * V * accelerator.num_processes
         if cfg.diagnostics and step % diagnostics_every == 0:
             meter.update(z.detach().float(), labels)
-        if step % LOG_EVERY == 0 and not bar.disable:
+        if not bar.disable and (accelerator.device.type != "cuda" or time.perf_counter() - shown >= LOSS_REFRESH_SECONDS):
             bar.set_postfix(loss=f"{loss.item():.4f}")
+            shown = time.perf_counter()
         if stop is not None and (signum := stop.requested(accelerator)) is not None:
             bar.close()
             return {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
