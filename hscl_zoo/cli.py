@@ -185,8 +185,7 @@ def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
     if "-h" in settings or "--help" in settings:
         from hscl_zoo.config_help import build_train_parser
 
-        build_train_parser(f"{PROG} train").print_help()
-        return 0
+        build_train_parser(f"{PROG} train").parse_known_args(settings)  # prints the help, exits 0
     from hscl_zoo.training.pretrain import main as pretrain_main
 
     pretrain_main(list(settings), prog=f"{PROG} train")

@@ -79,8 +79,9 @@ def download_hint(hub_id: str, local: str) -> str:
 
 def unavailable(name: str, hub_id: str, why: str) -> DatasetUnavailableError:
     """The error for dataset ``name`` (Hub repo ``hub_id``) that cannot be read, ``why`` saying why."""
+    folder = name if name.replace("-", "").isalnum() else hub_id.rpartition("/")[2]
     return DatasetUnavailableError(f"cannot read the {name} dataset ({hub_id} on the Hugging Face Hub): {why}; "
-                                   f"{download_hint(hub_id, 'data/' + hub_id.rpartition('/')[2])}.")
+                                   f"{download_hint(hub_id, f'data/{folder}')}.")
 
 
 def check_hub_dataset(name: str, hub_id: str) -> None:
