@@ -44,3 +44,11 @@ def test_every_page_fits_its_column_and_stays_on_the_site(site):
         pytest.skip("no Chromium on the PATH (apt-get install chromium)")
     problems = check_site.check_site(site, chromium)
     assert not problems, "\n".join(problems[:40])
+
+
+def test_tutorials_show_outputs_and_a_download_link(site):
+    for name in ("01_loss_in_your_loop", "02_your_image_folder"):
+        page = (site / "tutorials" / name / "index.html").read_text()
+        assert f'href="{name}.py" download' in page
+        assert (site / "tutorials" / name / f"{name}.py").is_file()
+        assert "jp-OutputArea-output" in page, "the tutorial ran at build and its outputs are shown"

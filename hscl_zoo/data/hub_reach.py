@@ -34,9 +34,13 @@ def _flag(name: str) -> bool | None:
 
 def offline_mode() -> bool:
     """Whether the Hub libraries are told to stay offline: ``HF_DATASETS_OFFLINE`` when set,
-    else ``HF_HUB_OFFLINE`` (the order ``datasets`` reads them in)."""
+    else ``HF_HUB_OFFLINE`` (the order ``datasets`` reads them in), or ``datasets.config``'s
+    flag (which ``datasets`` read from them when it was imported)."""
+    from datasets import config
+
     datasets_flag = _flag("HF_DATASETS_OFFLINE")
-    return datasets_flag if datasets_flag is not None else bool(_flag("HF_HUB_OFFLINE"))
+    from_environment = datasets_flag if datasets_flag is not None else bool(_flag("HF_HUB_OFFLINE"))
+    return from_environment or bool(config.HF_HUB_OFFLINE)
 
 
 def hub_reachable(timeout: float = CONNECT_TIMEOUT) -> bool:
