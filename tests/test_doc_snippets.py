@@ -144,7 +144,7 @@ def _provide(need: str, root: Path) -> None:
         counts: dict[int, int] = {}
         for row in train:
             label = row["label"]
-            if label < 3 and counts.get(label, 0) < 12:
+            if label < 3 and counts.get(label, 0) < 30:
                 folder = root / "photos" / f"digit-{label}"
                 folder.mkdir(parents=True, exist_ok=True)
                 row["image"].save(folder / f"{counts.get(label, 0)}.png")
