@@ -1,5 +1,5 @@
 """Pages of the docs site generated at build time (mkdocs-gen-files), so they cannot drift from
-the code: the front page from README.md, every pretraining key from the PretrainConfig dataclass,
+the code: the landing page's zoo table and one page per zoo entry from its model card, every pretraining key from the PretrainConfig dataclass,
 every command's --help from the argparse parsers, and one API reference page per module. Files
 outside docs/ that a page links to (results, figures, benchmark files) are copied under `repo/`
 and the links pointed there."""
@@ -10,7 +10,6 @@ import ast
 import io
 import os
 import re
-import tokenize
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -48,14 +47,37 @@ def point_outside_links(text: str, base: str) -> str:
     return re.sub(r"(!?\[[^\]]*\])\(([^)#\s]+)(#[^)\s]*)?\)", replace, text)
 
 
-def front_page() -> None:
-    text = (ROOT / "README.md").read_text()
+ZOO_TABLE = "<!-- zoo-table -->"
+
+
+def zoo_pages() -> None:
+    """One page per zoo entry, its model card (model_cards/NAME.md) without the Hub's front
+    matter, and the landing page's zoo table linking them."""
+    from hscl_zoo.zoo import registry
+
+    rows = []
+    for entry in registry.entries():
+        card = (ROOT / "model_cards" / f"{entry.name}.md").read_text()
+        body = card.split("\n---\n", 1)[1] if card.startswith("---\n") else card
+        with mkdocs_gen_files.open(f"zoo/{entry.name}.md", "w") as out:
+            out.write(point_outside_links(body.lstrip("\n"), "model_cards").replace("](repo/", "](../repo/"))
+        paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f}"
+        status = f"published (`{entry.revision[:7]}`)" if entry.published else "not published yet"
+        rows.append(f"| [`{entry.name}`](zoo/{entry.name}.md) | {entry.method} | {entry.dataset} | {entry.backbone} "
+                    f"| {paper} | {status} |")
+    table = ("| zoo name | method | dataset | backbone | paper top-1 % | weights |\n|---|---|---|---|---|---|\n"
+             + "\n".join(rows) + "\n")
+    index = (DOCS / "index.md").read_text()
+    if ZOO_TABLE not in index:
+        raise SystemExit(f"docs: docs/index.md has no {ZOO_TABLE} line for the zoo table")
     with mkdocs_gen_files.open("index.md", "w") as out:
-        out.write(point_outside_links(text, ""))
+        out.write(point_outside_links(index.replace(ZOO_TABLE, table), "docs"))
 
 
 def rewrite_pages() -> None:
     for page in sorted(DOCS.glob("*.md")):
+        if page.name == "index.md":
+            continue
         text = page.read_text()
         rewritten = point_outside_links(text, "docs")
         if rewritten != text:
@@ -64,25 +86,16 @@ def rewrite_pages() -> None:
 
 
 def config_fields() -> list[tuple[str, str, str, str, str]]:
-    """(section, key, type, default, meaning) of every PretrainConfig field, read from the source:
-    the section comment above a group of fields and the comment that ends a field's line."""
-    source = (ROOT / "hscl_zoo/training/config.py").read_text()
-    comments = {tok.start[0]: tok.string.lstrip("# ").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-    lines = source.splitlines()
-    (cls,) = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "PretrainConfig"]
-    rows, section = [], ""
-    for node in cls.body:
-        if not isinstance(node, ast.AnnAssign):
-            continue
-        above = node.lineno - 1
-        if above in comments and lines[above - 1].lstrip().startswith("#"):
-            section = comments[above]
-        meaning = comments.get(node.lineno, "") if not lines[node.lineno - 1].lstrip().startswith("#") else ""
-        if not meaning:
-            raise SystemExit(f"docs: PretrainConfig.{node.target.id} has no comment saying what it is "
+    """(section, key, type, default, meaning) of every PretrainConfig field, as `hscl-zoo train
+    --help` reads them from the source (hscl_zoo.config_help)."""
+    from hscl_zoo.config_help import config_keys
+
+    rows = []
+    for key in config_keys():
+        if not key.meaning:
+            raise SystemExit(f"docs: PretrainConfig.{key.name} has no comment saying what it is "
                              "(hscl_zoo/training/config.py); add one at the end of its line.")
-        rows.append((section, node.target.id, ast.unparse(node.annotation), ast.unparse(node.value), meaning))
+        rows.append((key.section, key.name, key.type, key.default, key.meaning))
     return rows
 
 
@@ -122,6 +135,10 @@ def cli_page() -> None:
         if name == "train":
             out.write(f"{sub.description} Its keys are the [pretraining keys](config.md), as `--key value`.\n")
             continue
+        if name == "finetune":
+            from hscl_zoo.training.finetune import build_parser as finetune_parser
+
+            sub = finetune_parser(f"hscl-zoo {name}")
         out.write("```text\n" + sub.format_help().replace("usage: ", "", 1) + "```\n")
     with mkdocs_gen_files.open("cli.md", "w") as f:
         f.write(point_outside_links(text, "docs") + out.getvalue())
@@ -136,9 +153,17 @@ def public_names() -> str:
     return "\n## Public names\n\n`import hscl_zoo` gives these names:\n\n| name | defined in |\n|---|---|\n" + rows
 
 
+def has_public_definitions(path: Path) -> bool:
+    """Whether a module defines a public function or class (a page of only a docstring, type
+    aliases or re-exports says nothing the pages of its neighbours do not)."""
+    tree = ast.parse(path.read_text())
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+               for node in tree.body)
+
+
 def reference_pages() -> None:
-    """One page per module of the package (private modules left out), and their nav."""
-    nav = mkdocs_gen_files.Nav()
+    """One page per module of the package that defines public functions or classes (private
+    modules left out); the nav lists the folder (mkdocs-literate-nav infers it)."""
     for path in sorted((ROOT / "hscl_zoo").rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
@@ -146,17 +171,16 @@ def reference_pages() -> None:
         if any(part.startswith("_") for part in parts):
             continue
         module = ".".join(parts)
+        if module != "hscl_zoo" and not has_public_definitions(path):
+            continue
         page = f"reference/{'/'.join(parts)}.md"
-        nav[parts] = f"{'/'.join(parts)}.md"
         with mkdocs_gen_files.open(page, "w") as out:
             out.write(f"# `{module}`\n\n::: {module}\n")
             if module == "hscl_zoo":
                 out.write(public_names())
-    with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as out:
-        out.writelines(nav.build_literate_nav())
 
 
-front_page()
+zoo_pages()
 rewrite_pages()
 config_page()
 cli_page()

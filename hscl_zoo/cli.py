@@ -1,33 +1,19 @@
-"""The ``hscl-zoo`` command line; ``hscl-zoo COMMAND --help`` describes each command.
-
-    hscl-zoo list 'hscl-*'                                  # zoo names and whether they are published
-    hscl-zoo info hscl-beta-cifar10                         # one entry: repo, revision, paper top-1, ...
-    hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20
-    hscl-zoo train --dataset tu:MUTAG --method hscl-beta --beta 2 --output_dir runs/mutag
-    hscl-zoo finetune runs/default/hub --dataset digits --epochs 5
-    hscl-zoo eval runs/default/hub --out eval.json          # probe, kNN, retrieval, audit; JSON out
-    hscl-zoo embed runs/default/hub photos/ --out photos.parquet
-    hscl-zoo export runs/default/hub --format onnx --out exported/
-    hscl-zoo push runs/default --repo-id me/hscl-beta-cifar10
-    hscl-zoo release runs/c10 --name hscl-beta-cifar10.cpu-1500   # bf16 release folder + registry entry
-    hscl-zoo push releases/hscl-beta-cifar10.cpu-1500               # upload it; prints the revision to pin
-    hscl-zoo cards --check
+"""The ``hscl-zoo`` command line: the zoo's entries, training, evaluation, embedding and export.
 
 MODEL is anything ``hscl_zoo.load`` accepts: a zoo name, ``hf-hub:owner/name[@revision]``,
-``local-dir:/path`` or a folder written by ``save_pretrained`` (offline for folders). Errors in
-the input exit with status 1 and one line naming the problem; usage errors exit with status 2.
-Each command imports only what it runs: ``--help``, ``list`` and ``info`` load no torch.
-A DATASET is a registered name (``hscl-zoo eval --help`` lists them) or your own data:
-``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name`` (see ``hscl_zoo.data.sources``).
+``local-dir:/path`` (a folder written by ``save_pretrained``, or a training run's output_dir) or
+such a folder itself (offline for folders). Errors in the input exit with status 1 and one line
+naming the problem; usage errors exit with status 2. Each command imports only what it runs:
+``--help``, ``train --help``, ``list`` and ``info`` load no torch. A DATASET is a registered name
+or your own data: ``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name``.
 Graphs: ``train``, ``eval`` and ``embed`` take ``tu:NAME`` or ``tu:/path/NAME`` and graph-encoder
 folders (``hscl_zoo.training.graph_recipe``; docs/graphs.md).
 
-``hscl-zoo train`` is ``accelerate launch recipes/pretrain.py``: it takes the same ``--config``
-(a zoo name such as ``hscl-beta-cifar100``, for the config shipped with the package, or a YAML
-file) and ``--key value`` settings (``hscl-zoo train --help``). For several processes, launch the module:
-``accelerate launch --multi_gpu --num_processes 2 -m hscl_zoo.cli train ...`` (or the installed
-script, ``accelerate launch --multi_gpu --num_processes 2 $(which hscl-zoo) train ...``; on the CPU
-with ``ACCELERATE_USE_CPU=1`` the processes talk over gloo).
+``hscl-zoo train`` takes ``--config`` (a zoo name such as ``hscl-beta-cifar100``, for the config
+shipped with the package, or a YAML file) and ``--key value`` settings (``hscl-zoo train --help``
+lists every key). For several processes, launch the module:
+``accelerate launch --multi_gpu --num_processes 2 -m hscl_zoo.cli train ...`` (on the CPU with
+``ACCELERATE_USE_CPU=1`` the processes talk over gloo).
 """
 
 from __future__ import annotations
@@ -52,6 +38,22 @@ if TYPE_CHECKING:
 __all__ = ["main", "build_parser", "add_eval_options", "run_eval"]
 
 PROG = "hscl-zoo"
+DESCRIPTION = "The hscl-zoo command line; 'hscl-zoo COMMAND --help' describes each command."
+EXAMPLES = """examples:
+  hscl-zoo list 'hscl-*'                                 # zoo names and whether they are published
+  hscl-zoo info hscl-beta-cifar10                        # one entry: repo, paper top-1, how to train it
+  hscl-zoo train --epochs 2 --output_dir runs/digits     # the bundled digits, on the CPU in minutes
+  hscl-zoo train --dataset imagefolder:photos/ --method hucl --epochs 20 --output_dir runs/photos
+  hscl-zoo finetune runs/digits --dataset digits --epochs 5 --output_dir runs/digits-ft
+  hscl-zoo eval runs/digits --out eval.json              # probe, kNN, retrieval, audit; JSON out
+  hscl-zoo embed runs/digits photos/ --out photos.parquet
+  hscl-zoo export runs/digits --format onnx --out exported/
+  hscl-zoo train --dataset tu:MUTAG --method hscl-beta --beta 2 --output_dir runs/mutag   # graphs
+  hscl-zoo release runs/c10 --name hscl-beta-cifar10.cpu-1500   # a pinned release folder
+
+MODEL: a zoo name, hf-hub:owner/name[@revision], local-dir:/path, or a model folder (a training
+run's output_dir works: its model is in hub/). DATASET: a registered name (hscl-zoo eval --help
+lists them), imagefolder:PATH, parquet:PATH or hf:owner/name."""
 MODEL_HELP = ("a zoo name, hf-hub:owner/name[@revision], local-dir:/path, or a folder written by "
               "save_pretrained")
 EXPORT_FORMATS = ("timm", "onnx", "torchscript")
@@ -65,10 +67,9 @@ def _device(name: str | None) -> torch.device:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if not registry.list_models(args.pattern):
+        raise ValueError(f"no zoo name matches {args.pattern!r}; run 'hscl-zoo list' for all.")
     names = registry.list_models(args.pattern, published_only=args.published)
-    if not names:
-        raise ValueError(f"no zoo name matches {args.pattern!r}" + (" among published models" if args.published
-                                                                    else "") + "; run 'hscl-zoo list' for all.")
     for name in names:
         entry = registry.info(name)
         print(f"{name:<24} {'published' if entry.published else 'not published'}")
@@ -213,6 +214,11 @@ def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
 
         train_main(list(settings), prog=f"{PROG} train")
         return 0
+
+    if "-h" in settings or "--help" in settings:
+        from hscl_zoo.config_help import build_train_parser
+
+        build_train_parser(f"{PROG} train").parse_known_args(settings)  # prints the help, exits 0
     from hscl_zoo.training.pretrain import main as pretrain_main
 
     pretrain_main(list(settings), prog=f"{PROG} train")
@@ -304,9 +310,8 @@ def _command(
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (``main`` runs it)."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:11]))
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -340,12 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     add_source_options(cmd)
 
-    train_summary = ("Pretrain an encoder, as accelerate launch recipes/pretrain.py (--help lists every --key); "
+    train_summary = ("Pretrain an encoder and write its model folder (--help lists every --key with its default); "
                      "with --dataset tu:NAME, a graph encoder (hscl-zoo train --dataset tu:MUTAG --help).")
     commands.add_parser("train", help=train_summary, description=train_summary, add_help=False)
 
-    finetune_summary = ("Fine-tune an encoder into a classifier, as accelerate launch recipes/finetune.py MODEL "
-                        "(--help lists every option).")
+    finetune_summary = "Fine-tune an encoder into a classifier (--help lists every option)."
     commands.add_parser("finetune", help=finetune_summary, description=finetune_summary, add_help=False)
 
     cmd = _command(commands, "export", _cmd_export, "Write the encoder as a timm folder, ONNX or TorchScript.")

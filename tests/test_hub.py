@@ -177,7 +177,7 @@ def test_unpublished_name_says_how_to_train():
         hscl_zoo.load("hscl-beta-cifar100")
     message = str(err.value)
     assert "no published weights yet" in message
-    assert "hscl-zoo train --config hscl-beta-cifar100\n" in message
+    assert "hscl-zoo train --config hscl-beta-cifar100 --output_dir runs/hscl-beta-cifar100" in message
 
 
 def test_unknown_name_lists_closest_names():

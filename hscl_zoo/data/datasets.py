@@ -24,6 +24,7 @@ import datasets
 import numpy as np
 
 from hscl_zoo.data.catalog import DatasetSpec, get_spec
+from hscl_zoo.data.hub_reach import check_hub_dataset, unavailable
 from hscl_zoo.data.sources import UNLABELLED, SourceOptions, is_source, source_spec
 
 INTERNAL_IMAGE = "image"
@@ -299,11 +300,9 @@ def _parquet_files_by_split(data_dir: Path, spec: DatasetSpec) -> dict[str, list
 
 def _load_from_hub(spec: DatasetSpec, split: str) -> datasets.Dataset:
     assert spec.hub_id is not None
+    check_hub_dataset(spec.name, spec.hub_id)
     try:
         return datasets.load_dataset(spec.hub_id, split=split)
     except (ConnectionError, OSError) as err:
-        raise RuntimeError(
-            f"could not load {spec.hub_id!r} (split {split!r}) from the Hugging Face Hub or its "
-            f"local cache: {err}. Without network access, pass data_dir= a folder of parquet "
-            f"files in the Hub layout (e.g. '../shared/data/{spec.name}')"
-        ) from err
+        raise unavailable(spec.name, spec.hub_id, f"split {split!r} is neither reachable nor in the local cache "
+                          f"({' '.join(str(err).split())[:200]})") from err

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 
 from hscl_zoo.data.catalog import DatasetSpec
 from hscl_zoo.data.source_options import SOURCE_KEYS, SOURCE_PREFIXES, UNLABELLED, SourceOptions, is_source, source_options
+from hscl_zoo.data.hub_reach import check_hub_dataset, unavailable
 
 __all__ = ["IMAGE_EXTENSIONS", "SOURCE_PREFIXES", "SOURCE_KEYS", "UNLABELLED", "UNLABELLED_FOLDER", "SourceOptions", "cache_dir",
            "is_source", "source_options", "source_spec"]
@@ -240,11 +241,12 @@ def _read_tables(kind: str, location: str, data_dir: str | os.PathLike[str] | No
         if not any(folder.rglob("*.parquet")):
             raise ValueError(f"{folder} holds no .parquet files; name them like train-00000-of-00001.parquet.")
         return datasets.load_dataset("parquet", data_dir=str(folder))
+    check_hub_dataset(f"hf:{location}", location)
     try:
         return datasets.load_dataset(location)
     except (ConnectionError, OSError) as err:
-        raise ValueError(f"could not load {location!r} from the Hugging Face Hub or its local cache: {err}. Offline, "
-                         "pass data_dir= a folder with its parquet files.") from err
+        raise unavailable(f"hf:{location}", location, f"it is neither reachable nor in the local cache "
+                          f"({' '.join(str(err).split())[:200]})") from err
 
 
 def _guess(source: str, what: str, given: str | None, candidates: Sequence[str], available: Sequence[str],

@@ -34,9 +34,11 @@ from hscl_zoo.training.monitoring import (
 from hscl_zoo.training.preemption import StopOnSignal
 from hscl_zoo.training.steps import gradient_cache_step
 
-__all__ = ["LOG_EVERY", "due", "train_epoch", "train_epochs"]
+__all__ = ["LOSS_REFRESH_SECONDS", "due", "train_epoch", "train_epochs"]
 
-LOG_EVERY = 25  # steps between progress-bar loss updates (each one a host sync)
+LOSS_REFRESH_SECONDS = 0.5
+"""On CUDA, the least time between two progress-bar loss readbacks (each a host sync); on the CPU
+the bar shows every step's loss, which costs nothing to read."""
 
 
 def train_epochs(
@@ -166,8 +168,8 @@ def train_epoch(
     """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
 
     `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
-    having finished the last one; the loss is read back from the device every `LOG_EVERY` steps
-    (for the progress bar) and the diagnostics updated every `diagnostics_every` steps.
+    having finished the last one; the progress bar shows each step's loss (on CUDA at most every
+    `LOSS_REFRESH_SECONDS`) and the diagnostics updated every `diagnostics_every` steps.
 
     A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
     and count of the steps before it and `carried_diagnostics` their diagnostics sums, pooled over
@@ -179,6 +181,7 @@ def train_epoch(
     if carried_diagnostics is not None and accelerator.is_main_process:
         meter.start_from(torch.tensor(carried_diagnostics, dtype=torch.float64, device=accelerator.device))
     loss_sum = torch.full((), carried[0], device=accelerator.device)
+    shown = -LOSS_REFRESH_SECONDS
     steps, seen, started = carried[1], 0, time.perf_counter()
     bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
                initial=start_step)
@@ -202,8 +205,9 @@ def train_epoch(
         seen += B * V * accelerator.num_processes
         if cfg.diagnostics and step % diagnostics_every == 0:
             meter.update(z.detach().float(), labels)
-        if step % LOG_EVERY == 0 and not bar.disable:
+        if not bar.disable and (accelerator.device.type != "cuda" or time.perf_counter() - shown >= LOSS_REFRESH_SECONDS):
             bar.set_postfix(loss=f"{loss.item():.4f}")
+            shown = time.perf_counter()
         if stop is not None and steps != epoch_steps and (signum := stop.requested(accelerator)) is not None:
             bar.close()
             stopped = {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}

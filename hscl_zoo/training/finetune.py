@@ -3,7 +3,7 @@
 `recipes/finetune.py` and `hscl-zoo finetune` run `main`:
 
     hscl-zoo finetune runs/default/hub --dataset digits --epochs 5
-    hscl-zoo finetune hscl-beta-cifar10 --dataset cifar10 --data_dir ../shared/data/cifar10 --freeze_stages 2
+    hscl-zoo finetune hscl-beta-cifar10 --dataset cifar10 --data_dir data/cifar10 --freeze_stages 2
     hscl-zoo finetune runs/default/hub --contrastive_weight 0.5 --method hscl-beta --beta 2
     hscl-zoo finetune runs/default/hub --output_dir runs/ft --resume          # continue an interrupted run
 

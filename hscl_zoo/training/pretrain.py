@@ -6,7 +6,7 @@ same without the exit-on-error wrapper:
     accelerate launch recipes/pretrain.py                                  # embedded digits, CPU, minutes
     accelerate launch recipes/pretrain.py --config hscl-beta-cifar100
     accelerate launch recipes/pretrain.py --config scl-cifar10 \
-        --data_dir ../shared/data/cifar10 --epochs 5
+        --data_dir data/cifar10 --epochs 5
     accelerate launch recipes/pretrain.py --output_dir runs/x --resume     # continue an interrupted run
 
 Every key of `hscl_zoo.training.config.PretrainConfig` can be set as `--key value` (after the YAML

@@ -16,6 +16,7 @@ from accelerate import Accelerator
 from accelerate.utils import DynamoBackend
 from torch.utils.data import Dataset
 
+from hscl_zoo.config_help import build_train_parser
 from hscl_zoo.data.datasets import LoadedData, load_splits
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.labelling import partly_labelled
@@ -44,15 +45,7 @@ UNLABELLED_HEAD = "unlabelled"
 
 
 def parse_args(argv: list[str], prog: str | None = None) -> tuple[PretrainConfig, argparse.Namespace, dict[str, str]]:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Pretrain a contrastive encoder (UCL, H-UCL, SCL, H-SCL) and export it for the Hub.",
-        epilog=f"Config keys, each settable as --key value: {', '.join(PretrainConfig.field_names())}.",
-    )
-    parser.add_argument("--config", help="a shipped config by zoo name (hscl-beta-cifar100; 'hscl-zoo list' "
-                        "names them) or a YAML file of config keys")
-    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
+    parser = build_train_parser(prog)
     args, rest = parser.parse_known_args(argv)
     try:
         overrides = parse_overrides(rest)

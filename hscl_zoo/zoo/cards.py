@@ -120,6 +120,26 @@ class _CardFacts:
     proj_dim: int
 
 
+def hub_dataset_id(dataset: str) -> str | None:
+    """The Hub dataset repo a card's ``datasets:`` metadata may name: a registered dataset's
+    ``hub_id`` or the ``owner/name`` of ``hf:owner/name``; None for local data (a path must not
+    leave the machine in a card) and for datasets that are not on the Hub."""
+    if dataset.startswith("hf:"):
+        return dataset.removeprefix("hf:")
+    spec = DATASETS.get(dataset)
+    return spec.hub_id if spec is not None else None
+
+
+def dataset_label(dataset: str) -> str:
+    """A short, path-free name for a card's title and text: the registered name, the Hub id of
+    ``hf:`` data, else the kind of local data (``imagefolder``, ``parquet``)."""
+    if dataset in DATASETS:
+        return dataset
+    if dataset.startswith("hf:"):
+        return dataset.removeprefix("hf:").rpartition("/")[2]
+    return dataset.partition(":")[0] or "local-data"
+
+
 def _check_results(results: Mapping[str, Any]) -> dict[str, float]:
     if not isinstance(results, Mapping):
         raise ValueError(f"results must map metric names to numbers, e.g. {{'top1': 75.1}}; got {results!r}.")
@@ -152,10 +172,10 @@ def _facts(source: ZooEntry | Mapping[str, Any], name: str | None, repo_id: str 
                          "model.model_config() | {'training': ...} or the saved config.json.")
     method, dataset = str(training["method"]), str(training["dataset"])
     entry = registry.info(f"{method}-{dataset}") if registry.is_model(f"{method}-{dataset}") else None
-    card_name = name or (entry.name if entry else f"{method}-{dataset}")
+    card_name = name or (entry.name if entry else f"{method}-{dataset_label(dataset)}")
     return _CardFacts(
         name=card_name, method=method, dataset=dataset, backbone=str(source["architecture"]),
-        hub_repo=repo_id or (entry.hub_repo if entry else None),
+        hub_repo=repo_id,
         config=training.get("config") or (entry.config if entry else None), entry=entry, revision=None,
         training=training, pretrained_cfg=source["pretrained_cfg"],
         proj_dim=int(source.get("model_args", {}).get("proj_dim", 128)),
@@ -170,9 +190,10 @@ def _front_matter(facts: _CardFacts, results: Mapping[str, float]) -> str:
         "pipeline_tag": "image-classification",
         "tags": ["image-classification", "contrastive-learning", "hard-negative-sampling", "hscl_zoo",
                  facts.method, facts.backbone],
-        "datasets": [dataset.hub_id or dataset.name if dataset else facts.dataset],
-        "metrics": ["accuracy"],
     }
+    if hub_dataset_id(facts.dataset):
+        header["datasets"] = [hub_dataset_id(facts.dataset)]
+    header["metrics"] = ["accuracy"]
     if results:
         metrics = []
         for key, value in results.items():
@@ -182,8 +203,8 @@ def _front_matter(facts: _CardFacts, results: Mapping[str, float]) -> str:
             "name": facts.name,
             "results": [{
                 "task": {"type": "image-classification", "name": "Image Classification"},
-                "dataset": {"name": dataset.display if dataset else facts.dataset,
-                            "type": dataset.hub_id or dataset.name if dataset else facts.dataset},
+                "dataset": {"name": dataset.display if dataset else dataset_label(facts.dataset),
+                            "type": hub_dataset_id(facts.dataset) or dataset_label(facts.dataset)},
                 "metrics": metrics,
             }],
         }]
@@ -204,15 +225,17 @@ def _status(facts: _CardFacts, results: Mapping[str, float]) -> str:
     if facts.entry is not None and facts.training is None and facts.entry.published:
         return (f"Released in the hscl_zoo repository under `releases/{facts.name}/` (not on the Hub yet), every file "
                 f"pinned by its sha256 in the zoo's registry; `{facts.hub_repo}` is its home once pushed.")
-    where = f"[`{facts.hub_repo}`](https://huggingface.co/{facts.hub_repo})" if facts.hub_repo else "the Hugging Face Hub"
-    return f"Trained with hscl_zoo and published at {where}."
+    if facts.hub_repo is None:
+        return ("A model folder from a local hscl_zoo training run; it has not been published on the Hugging Face "
+                "Hub (`hscl-zoo push RUN_FOLDER --repo-id owner/name` uploads it).")
+    return f"Trained with hscl_zoo and published at [`{facts.hub_repo}`](https://huggingface.co/{facts.hub_repo})."
 
 
 def _description(facts: _CardFacts) -> str:
     method = METHODS.get(facts.method)
     dataset = DATASETS.get(facts.dataset)
     method_text = f"{method.display}, {method.summary}" if method else facts.method
-    return (f"A `{facts.backbone}` image encoder trained on {dataset.display if dataset else facts.dataset} "
+    return (f"A `{facts.backbone}` image encoder trained on {dataset.display if dataset else dataset_label(facts.dataset)} "
             f"with {method_text}, as in [\"{PAPER_TITLE}\"]({PAPER_URL}) (Jiang, Nguyen, Ishwar, Aeron). "
             f"It carries the projection head (features -> 512, BatchNorm, ReLU -> {facts.proj_dim}) that "
             "the contrastive loss trains, and a linear classifier fitted on the frozen features.")
@@ -260,7 +283,7 @@ def _training(facts: _CardFacts) -> str:
         return "\n\n".join(lines)
     summary = facts.training
     rows = [
-        ("dataset", summary["dataset"]),
+        ("dataset", dataset_label(str(summary["dataset"]))),
         ("method", summary["method"]),
         ("epochs", summary.get("epochs", "n/a")),
         ("global batch", summary.get("global_batch_size", "n/a")),
@@ -385,7 +408,7 @@ def render_card(
     num_classes = dataset.num_classes if dataset else "num_classes"
     if facts.pretrained_cfg is not None:
         num_classes = facts.pretrained_cfg.get("num_classes", num_classes)
-    if facts.entry is not None and facts.entry.name == facts.name:
+    if facts.training is None and facts.entry is not None and facts.entry.name == facts.name:
         load_source = facts.name
     elif facts.hub_repo:
         load_source = f"hf-hub:{facts.hub_repo}"
@@ -402,7 +425,7 @@ def render_card(
         proj_dim=facts.proj_dim,
         preprocessing=_preprocessing(facts),
         training=_training(facts),
-        dataset_display=dataset.display if dataset else facts.dataset,
+        dataset_display=dataset.display if dataset else dataset_label(facts.dataset),
         native_size=dataset.native_size if dataset else "?",
         results=_results(facts, results) + _evaluation(evaluation or {}) + _budget_evidence(facts, evidence_results),
     )

@@ -7,7 +7,8 @@ Saving and pushing them is :mod:`hscl_zoo.zoo.saving`. Sources ``hscl_zoo.load``
   files its registry entry pins, from a release folder, the Hub cache or the Hub
   (:mod:`hscl_zoo.zoo.releases`), every sha256 checked;
 * ``"hf-hub:owner/repo"`` or ``"hf-hub:owner/repo@revision"``;
-* ``"local-dir:/path"`` or a bare existing directory, as written by ``save_pretrained``.
+* ``"local-dir:/path"`` or a bare existing directory, as written by ``save_pretrained``, or a
+  training run's output_dir (its ``hub/`` subfolder holds the model).
 
 Downloads go through ``huggingface_hub.hf_hub_download`` into the standard Hub cache, so
 ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE`` and ``local_files_only`` behave as everywhere else. Weights are
@@ -62,6 +63,10 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.json"
+RUN_MODEL_FOLDER = "hub"
+"""The subfolder of a training run's output_dir that holds its model; ``local-dir:RUN`` finds it."""
+RUN_SIGNS = ("metrics.jsonl", "checkpoints")
+"""What a training run writes into its output_dir before its model."""
 _HUB_PREFIX = "hf-hub:"
 _LOCAL_PREFIX = "local-dir:"
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -158,17 +163,43 @@ def _zoo_source(entry: registry.ZooEntry, revision: str | None) -> ModelSource:
         raise ValueError(f"{entry.name} is pinned to revision {entry.revision}; to load another revision use "
                          f"'hf-hub:{entry.hub_repo}@{revision}' (no checksum is checked then).")
     if not entry.published:
+        run = f"runs/{entry.name}"
         raise WeightsNotPublishedError(
-            f"{entry.name} has no published weights yet ({entry.hub_repo} is not on the Hub). Train it with\n"
-            f"    {entry.train_command}\n"
-            f"and load the result with hscl_zoo.load('local-dir:<output dir>'). See print(hscl_zoo.info({entry.name!r})).")
+            f"{entry.name} has no published weights yet ({entry.hub_repo} is not on the Hub): train it with "
+            f"'{entry.train_command} --output_dir {run}', then load it with hscl_zoo.load('local-dir:{run}').")
     return ModelSource("zoo", repo_id=entry.hub_repo, revision=entry.revision, entry=entry)
 
 
 def _local_source(path: Path, revision: str | None) -> ModelSource:
     if revision is not None:
         raise ValueError(f"revision={revision!r} applies to Hub repos only, not to the local directory {path}.")
-    return ModelSource("local-dir", path=path)
+    return ModelSource("local-dir", path=model_folder(path))
+
+
+def _holds_weights(folder: Path) -> bool:
+    return (folder / WEIGHTS_NAME).is_file() or (folder / INDEX_NAME).is_file()
+
+
+def model_folder(path: Path) -> Path:
+    """``path``, or its ``hub/`` subfolder when ``path`` is a training run's output_dir: the run
+    keeps its own config.json at the top and its model (config.json + weights) in ``hub/``."""
+    run_model = path / RUN_MODEL_FOLDER
+    if not _holds_weights(path) and _holds_weights(run_model):
+        return run_model
+    return path
+
+
+def _where_the_model_is(path: Path) -> str:
+    """A hint for a folder that holds no model: the model folders just inside it, or where an
+    unfinished training run will write its model."""
+    inside = sorted(str(sub) for sub in path.iterdir() if sub.is_dir() and (sub / CONFIG_NAME).is_file()
+                    and _holds_weights(sub))
+    if inside:
+        return f" Model folders inside it: {', '.join(inside[:5])}; load one of those."
+    if any((path / name).exists() for name in RUN_SIGNS):
+        return (f" It looks like a training run that has not finished: the run writes its model to "
+                f"{path / RUN_MODEL_FOLDER} at the end (--resume continues it).")
+    return ""
 
 
 def _not_cached(src: ModelSource, filename: str, offline: bool, cache_dir: str | os.PathLike[str] | None,
@@ -241,7 +272,7 @@ def _local_files(path: Path) -> tuple[Path, WeightFiles]:
         if WEIGHTS_NAME in missing and any(p.suffix in (".bin", ".pt", ".pth") for p in path.iterdir()):
             hint = " Pickled checkpoints are not loaded; re-save the model with hscl_zoo.save_pretrained."
         raise FileNotFoundError(f"{path} lacks {' and '.join(missing)}: it is not a folder written by "
-                                f"hscl_zoo.save_pretrained(model, directory).{hint}")
+                                f"hscl_zoo.save_pretrained(model, directory).{hint}{_where_the_model_is(path)}")
     folder = path.resolve()
 
     def inside(name: str) -> Path | None:

@@ -1,0 +1,54 @@
+"""The docs site as a reader's browser shows it (issue 41): built with ``mkdocs build --strict``,
+then every page opened in headless Chromium at 1400 px and 390 px by ``docs/check_site.py``, which
+fails on content running out of its column and on any request leaving the site."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "docs"))
+import check_site  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
+    out = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
+                   check=True, capture_output=True, text=True, timeout=1800)
+    return out
+
+
+def test_site_has_no_stray_or_near_empty_pages(site):
+    assert not list(site.rglob("SUMMARY/index.html")), "the nav file is published as a page"
+    assert not (site / "reference" / "hscl_zoo" / "losses" / "pairs").exists()
+    for entry in ("hscl-beta-cifar10", "ucl-tinyimagenet"):
+        page = (site / "zoo" / entry / "index.html").read_text()
+        assert "Weights not published yet" in page
+    index = (site / "index.html").read_text()
+    assert "zoo/hscl-beta-cifar10/" in index and "<!-- zoo-table -->" not in index
+
+
+def test_every_page_fits_its_column_and_stays_on_the_site(site):
+    chromium = check_site.find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium on the PATH (apt-get install chromium)")
+    problems = check_site.check_site(site, chromium)
+    assert not problems, "\n".join(problems[:40])
+
+
+def test_tutorials_show_outputs_and_a_download_link(site):
+    for name in ("01_loss_in_your_loop", "02_your_image_folder"):
+        page = (site / "tutorials" / name / "index.html").read_text()
+        assert f'href="{name}.py" download' in page
+        assert (site / "tutorials" / name / f"{name}.py").is_file()
+        assert "jp-OutputArea-output" in page, "the tutorial ran at build and its outputs are shown"
