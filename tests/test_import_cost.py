@@ -61,4 +61,4 @@ def test_package_root_loads_names_on_first_use():
     loaded, out = imported_after("import hscl_zoo\nprint(hscl_zoo.ContrastiveLoss.__module__)")
     assert loaded == {"torch"} and out == "hscl_zoo.losses.objective"
     loaded, _ = imported_after("import hscl_zoo\nhscl_zoo.load")
-    assert {"torch", "timm"} <= loaded
+    assert "torch" in loaded  # the loader itself; timm comes only with the model class a folder names
