@@ -9,7 +9,10 @@ needs, comma-separated:
 * ``<!-- doc-test: slow -->``: runs with ``pytest -m slow``;
 * ``<!-- doc-test: needs runs/default -->`` or ``needs photos/``: runs in a shared scratch folder
   that holds a small trained run at ``runs/default`` or a folder of class subfolders of images at
-  ``photos/``; blocks that share it run in page order, so a block may use what an earlier one wrote.
+  ``photos/``; blocks that share it run in page order, so a block may use what an earlier one wrote;
+* ``<!-- doc-test: needs tudataset -->``: reads ``tu:NAME`` graphs from their default place, which
+  here is ``$HSCL_ZOO_TU_ROOT`` set to the TU folders of ``../shared/data/tudataset`` (a user's
+  machine downloads them); runs in a folder of its own.
 
 A block without ``needs`` runs in a folder of its own. Shell blocks run under ``bash -euo
 pipefail`` with this interpreter's scripts (``hscl-zoo``) first on the PATH.
@@ -31,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = {"python": "python", "bash": "bash", "sh": "bash", "shell": "bash", "console": "bash"}
 MARKER = re.compile(r"^<!-- doc-test: (.*) -->$")
-NEEDS = ("runs/default", "photos/")
+NEEDS = ("runs/default", "photos/", "tudataset")
+TU_ROOT = REPO.parent / "shared" / "data" / "tudataset"
 TIMEOUT = 900
 
 
@@ -117,10 +121,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(block: Block, cwd: Path) -> None:
+def _run(block: Block, cwd: Path, **extra_env: str) -> None:
     command = [sys.executable, "-c", block.code] if block.language == "python" else \
         ["bash", "-euo", "pipefail", "-c", block.code]
-    proc = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(command, cwd=cwd, env={**_env(), **extra_env}, capture_output=True, text=True,
+                          timeout=TIMEOUT)
     assert proc.returncode == 0, (f"{block.id} failed (exit {proc.returncode}):\n{block.code}\n--- stdout\n"
                                   f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}")
 
@@ -156,7 +161,11 @@ def _provide(need: str, root: Path) -> None:
 def test_block_runs(block: Block, shared: Path, tmp_path: Path) -> None:
     if block.skip:
         pytest.skip(f"{block.id}: {block.skip}")
-    if block.needs:
+    if "tudataset" in block.needs:
+        if not TU_ROOT.is_dir():
+            pytest.skip(f"{block.id}: the TU graph datasets are not at {TU_ROOT}")
+        _run(block, _workspace(tmp_path / "ws"), HSCL_ZOO_TU_ROOT=str(TU_ROOT))
+    elif block.needs:
         for need in block.needs:
             _provide(need, shared)
         _run(block, shared)

@@ -84,14 +84,15 @@ assert model.training_summary["method"] == "hscl-beta"
 #
 # `README.md` is what the Hub shows on the model's page: YAML front matter (library, tags,
 # datasets, metrics and, once there are results, the `model-index` the Hub's leaderboards read),
-# then sections on loading, preprocessing, training, results and limitations. The zoo's own cards
-# live in `model_cards/` and come from the same template.
+# then sections on loading, preprocessing, training, results and limitations. `datasets` names a
+# Hub dataset repo, so this card of a digits run (data bundled with scikit-learn, on no Hub repo)
+# has none. The zoo's own cards live in `model_cards/` and come from the same template.
 
 # %%
 card = (hub / "README.md").read_text()
 _, front, body = card.split("---\n", 2)
 metadata = yaml.safe_load(front)
-print({key: metadata[key] for key in ("library_name", "tags", "datasets")})
+print({key: metadata.get(key) for key in ("library_name", "tags", "datasets")})
 for result in metadata["model-index"][0]["results"]:
     print(result["dataset"]["name"], [(m["type"], m["value"]) for m in result["metrics"]])
 print([line for line in body.splitlines() if line.startswith("## ")])

@@ -10,9 +10,20 @@ monitors, and the Hub-ready folder at the end.
     checkpointing   per-epoch checkpoints that a crash cannot corrupt (and the loss's memory queue)
     steps           the gradient-cache step the loop takes with chunk_size
     publishing      the run's training summary, model card and metrics beside its weights
+    graph_recipe    ``train``, ``eval`` and ``embed`` on ``tu:`` graph datasets
+    release         ``hscl-zoo release``: a trained run into a pinned zoo release
+
+The names below load on first use, so that ``hscl-zoo train --dataset tu:MUTAG --help`` (which
+imports `graph_recipe`) loads no torch.
 """
 
-from hscl_zoo.training.config import PretrainConfig, parse_overrides
-from hscl_zoo.training.pretrain import main, pretrain
+from hscl_zoo._lazy import lazy_exports as _lazy_exports
 
-__all__ = ["PretrainConfig", "main", "parse_overrides", "pretrain"]
+_EXPORTS = {
+    "PretrainConfig": "hscl_zoo.training.config",
+    "parse_overrides": "hscl_zoo.training.config",
+    "main": "hscl_zoo.training.pretrain",
+    "pretrain": "hscl_zoo.training.pretrain",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
