@@ -62,11 +62,12 @@ def zoo_pages() -> None:
         with mkdocs_gen_files.open(f"zoo/{entry.name}.md", "w") as out:
             out.write(point_outside_links(body.lstrip("\n"), "model_cards").replace("](repo/", "](../repo/"))
         paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f}"
-        status = f"published (`{entry.revision[:7]}`)" if entry.published else "not published yet"
+        status = ("not published yet" if not entry.published else
+                  f"published (Hub `{entry.revision[:7]}`)" if entry.revision else "published (`releases/`)")
         rows.append(f"| [`{entry.name}`](zoo/{entry.name}.md) | {entry.method} | {entry.dataset} | {entry.backbone} "
                     f"| {paper} | {status} |")
-    table = ("| zoo name | method | dataset | backbone | paper top-1 % | weights |\n|---|---|---|---|---|---|\n"
-             + "\n".join(rows) + "\n")
+    table = ("| zoo name | method | dataset | backbone | paper % (Table 1: linear top-1; Table 2: SVM accuracy) "
+             "| weights |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     index = (DOCS / "index.md").read_text()
     if ZOO_TABLE not in index:
         raise SystemExit(f"docs: docs/index.md has no {ZOO_TABLE} line for the zoo table")

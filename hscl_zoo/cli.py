@@ -254,17 +254,40 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.release import build_release, registry_entry_text
+    from hscl_zoo.training.graph_recipe import graph_model_folder
+    from hscl_zoo.training.release import register_release, registry_entry_text
 
-    release = build_release(args.run_dir, args.name, dtype=args.dtype, out=args.out, max_shard_size=args.max_shard_size,
-                            budget=args.budget, device=_device(args.device),
-                            command=shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None)
-    evaluation = release.evaluation
-    print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): {evaluation['stored_dtype']} weights, "
-          f"linear top-1 {evaluation['linear_top1']:.2f}% (float32 run {evaluation['float32_run']['top1']:.2f}%), "
-          f"kNN top-1 {evaluation['knn_top1']:.2f}% on {evaluation['test_images']} {evaluation['test_split']} images")
-    print("paste into _RELEASES in hscl_zoo/zoo/registry.py:")
-    print(registry_entry_text(args.name, release.entry))
+    command = shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None
+    if graph_model_folder(str(args.run_dir / "hub")) is not None:
+        from hscl_zoo.training.graph_release import build_graph_release
+
+        if args.dtype not in (None, "fp32"):
+            raise ValueError(f"--dtype {args.dtype}: a graph encoder (a few hundred KB) is released in float32 as "
+                             "trained; drop --dtype.")
+        release = build_graph_release(args.run_dir, args.name, data_dir=args.data_dir, out=args.out,
+                                      selection=args.selection, command=command)
+        evaluation = release.evaluation
+        print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): SVM accuracy "
+              f"{100 * evaluation['svm']['accuracy_mean']:.2f}% over {len(evaluation['svm']['folds'])} folds, head "
+              f"accuracy {100 * evaluation['head_accuracy']:.2f}% on {evaluation['graphs']} graphs")
+    else:
+        from hscl_zoo.training.release import build_release
+
+        if args.data_dir is not None or args.selection is not None:
+            raise ValueError("--data_dir and --selection apply to graph runs; an image run's data is in its config.")
+        release = build_release(args.run_dir, args.name, dtype=args.dtype or "bf16", out=args.out,
+                                max_shard_size=args.max_shard_size, budget=args.budget, device=_device(args.device),
+                                command=command)
+        evaluation = release.evaluation
+        print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): {evaluation['stored_dtype']} "
+              f"weights, linear top-1 {evaluation['linear_top1']:.2f}% (float32 run "
+              f"{evaluation['float32_run']['top1']:.2f}%), kNN top-1 {evaluation['knn_top1']:.2f}% on "
+              f"{evaluation['test_images']} {evaluation['test_split']} images")
+    if args.register:
+        print(f"registered {args.name} in {register_release(args.name, release.entry)}")
+    else:
+        print("its record for hscl_zoo/zoo/released.json (or rerun with --register):")
+        print(registry_entry_text(args.name, release.entry))
     return 0
 
 
@@ -363,13 +386,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "finished run and print its registry entry.")
     cmd.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output_dir of a finished training run")
     cmd.add_argument("--name", required=True, help="<zoo name>.<tag>, the tag saying the budget, e.g. "
-                     "hscl-beta-cifar10.cpu-1500")
-    cmd.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="stored precision "
-                     "(default: bf16)")
+                     "hscl-beta-cifar10.cpu-1500; a graph run at Table 2's budget takes the zoo name itself, "
+                     "e.g. hscl-beta-mutag")
+    cmd.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="stored precision (default: bf16 for "
+                     "images; graphs stay fp32)")
     cmd.add_argument("--out", type=Path, help="folder to write (default: releases/NAME); must be empty or absent")
     cmd.add_argument("--max-shard-size", default="15MiB", help="largest weight file (default: 15MiB)")
     cmd.add_argument("--budget", help="what it was trained with, one sentence (default: from the run's config)")
     cmd.add_argument("--device", help="torch device of the re-evaluation (default: cuda if available, else cpu)")
+    cmd.add_argument("--data_dir", help="graphs: the folder holding NAME/raw/ (default: as tu:NAME reads it)")
+    cmd.add_argument("--selection", help="graphs: how the method's options were chosen, one phrase for the card")
+    cmd.add_argument("--register", action="store_true", help="add the record to hscl_zoo/zoo/released.json "
+                     "(the checkout's), publishing the release")
 
     cmd = _command(commands, "push", _cmd_push, "Upload a release folder as it is, or check, rebuild and upload a "
                    "finished run's Hub folder.")

@@ -68,7 +68,11 @@ CLASSES = {"stl10": 10, "cifar10": 10, "cifar100": 100, "tinyimagenet": 200}
 PIXELS = {"stl10": 96, "cifar10": 32, "cifar100": 32, "tinyimagenet": 64}
 
 
-@pytest.mark.parametrize("name", [n for n in list_models() if "." not in n])  # releases: test_committed_releases
+IMAGE_NAMES = [n for n in list_models() if info(n).modality == "image"]
+GRAPH_NAMES = [n for n in list_models() if info(n).modality == "graph"]
+
+
+@pytest.mark.parametrize("name", [n for n in IMAGE_NAMES if "." not in n])  # releases: test_committed_releases
 def test_checked_in_card_states_its_dataset_config_and_stem(name):
     """Each card against the dataset table of the README and the recipe config it names."""
     method, dataset = next((m, d) for d in HUB_DATASETS for m in ("ucl", "hucl", "scl", "hscl-beta", "hscl-tau")
@@ -86,7 +90,7 @@ def test_checked_in_card_states_its_dataset_config_and_stem(name):
     assert ("uses timm's default ResNet stem" in card) == (config["stem"] == "default")
 
 
-@pytest.mark.parametrize("name", [n for n in list_models() if not info(n).published])
+@pytest.mark.parametrize("name", [n for n in IMAGE_NAMES if not info(n).published])
 def test_registry_card_claims_no_results_before_publication(name):
     entry = info(name)
     card = (CARDS / f"{name}.md").read_text()
@@ -240,3 +244,23 @@ def test_card_evidence_names_cpu_and_gpu_budgets_in_its_heading(tmp_path):
     card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
     assert "### H-SCL(β) at CPU and GPU budgets (not this model, not the paper's budget)" in card
     assert "| `gpu-cifar10` | 1 | 82.00 ± 0.00 |" in card
+
+
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_a_graph_card_shows_table_2_and_what_its_files_scored(name):
+    entry = info(name)
+    card = (CARDS / f"{name}.md").read_text()
+    header = front_matter(card)
+    assert header["pipeline_tag"] == "graph-ml" and {entry.method, "gin-3x32"} <= set(header["tags"])
+    assert "datasets" not in header, "TU datasets have no Hub dataset repo"
+    paper = "n/a (the method is not in Table 2)" if entry.paper_top1 is None else f"{entry.paper_top1:.1f}"
+    assert f"| the paper's Table 2 ({entry.dataset_display}, " in card and f") | {paper} |" in card
+    assert f'hscl_zoo.load("{name}")' in card and "## Citation" in card
+    if entry.published:
+        (result,) = header["model-index"][0]["results"]
+        assert [m["value"] for m in result["metrics"]] == [entry.metrics["svm_accuracy"],
+                                                          entry.metrics["linear_cv_accuracy"]]
+        assert f"seed 0's folds) | {entry.metrics['svm_accuracy']:.2f} |" in card
+        assert entry.budget in card and entry.train_command in card
+    else:
+        assert "model-index" not in header and "Not published yet" in card and entry.train_command in card

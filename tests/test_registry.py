@@ -24,11 +24,19 @@ PINNED = "89abcdef0123456789abcdef0123456789abcdef"
 FILES = {"model.safetensors": ("b" * 64, 1234)}
 METHODS = ["ucl", "hucl", "scl", "hscl-beta", "hscl-tau"]
 DATASETS = ["stl10", "cifar10", "cifar100", "tinyimagenet"]
+TABLE_2 = {"ucl": (86.8, 50.4, 55.3, 72.2, 49.6), "hucl": (87.2, 50.4, 57.3, 72.8, 49.6),
+           "scl": (86.9, 50.4, 55.8, 72.4, 49.9), "hscl-beta": (87.2, 50.7, 57.7, 73.0, 50.1)}
+GRAPH_DATASETS = ["mutag", "enzymes", "ptc-mr", "imdb-binary", "imdb-multi"]
+GRAPH_GRID = sorted(f"{m}-{d}" for m in TABLE_2 for d in GRAPH_DATASETS)
+IMAGE_GRID = sorted(f"{m}-{d}" for m in METHODS for d in DATASETS)
 
 
 def test_one_name_per_method_and_dataset():
-    expected = sorted(f"{m}-{d}" for m in METHODS for d in DATASETS)
-    assert [name for name in list_models() if "." not in name] == expected
+    untagged = [name for name in list_models() if "." not in name]
+    assert [name for name in untagged if info(name).modality == "image"] == IMAGE_GRID
+    graphs = [name for name in untagged if info(name).modality == "graph"]
+    assert set(GRAPH_GRID) <= set(graphs)
+    assert all(info(name).published and info(name).paper_top1 is None for name in set(graphs) - set(GRAPH_GRID))
     assert hscl_zoo.list_models is list_models and hscl_zoo.info is info
 
 
@@ -36,7 +44,9 @@ def test_one_name_per_method_and_dataset():
     ("hscl-*-cifar100", ["hscl-beta-cifar100", "hscl-tau-cifar100"]),
     ("*-cifar10", ["hscl-beta-cifar10", "hscl-tau-cifar10", "hucl-cifar10", "scl-cifar10", "ucl-cifar10"]),
     ("?cl-stl10", ["scl-stl10", "ucl-stl10"]),
-    (["ucl-*", "hucl-tiny*"], ["hucl-tinyimagenet", "ucl-cifar10", "ucl-cifar100", "ucl-stl10", "ucl-tinyimagenet"]),
+    (["ucl-*", "hucl-tiny*"], ["hucl-tinyimagenet", "ucl-cifar10", "ucl-cifar100", "ucl-enzymes", "ucl-imdb-binary",
+                               "ucl-imdb-multi", "ucl-mutag", "ucl-ptc-mr", "ucl-stl10", "ucl-tinyimagenet"]),
+    ("?cl-imdb-*", ["scl-imdb-binary", "scl-imdb-multi", "ucl-imdb-binary", "ucl-imdb-multi"]),
     ("resnet*", []),
 ])
 def test_wildcards(pattern, expected):
@@ -54,7 +64,8 @@ def published(monkeypatch, tmp_path):
     folder = save_pretrained(model, tmp_path / "weights")
     cache = tmp_path / "hub-cache"
     make_hub_cache(cache, f"{registry.HUB_ORG}/{PUBLISHED_NAME}", folder, PINNED)
-    release = {"backbone": "resnet10t", "budget": "two test epochs", "revision": PINNED,
+    release = {"method": "scl", "dataset": "cifar10", "backbone": "resnet10t", "budget": "two test epochs",
+               "revision": PINNED,
                "files": {name: pin._asdict() for name, pin in pin_folder(folder).items()}, "metrics": {"top1": 12.5}}
     monkeypatch.setitem(registry._RELEASES, PUBLISHED_NAME, release)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -71,7 +82,7 @@ def test_published_only_lists_exactly_the_published_entries(published):
     assert list_models(published_only=True) == sorted({PUBLISHED_NAME} | committed)
     assert list_models("scl-*", published_only=True) == [PUBLISHED_NAME]
     assert list_models("ucl-*", published_only=True) == []
-    assert len(list_models()) == 20 + len(committed) + 1
+    assert len(list_models()) == len(IMAGE_GRID) + len(GRAPH_GRID) + len(committed - set(GRAPH_GRID)) + 1
     entry = info(PUBLISHED_NAME)
     assert entry.published and (entry.revision, dict(entry.metrics)) == (PINNED, {"top1": 12.5})
     assert f"published: the Hub at revision {PINNED}" in str(entry) and "top1=12.5" in str(entry)
@@ -100,7 +111,7 @@ def test_bad_pattern_is_an_error():
         list_models(3)
 
 
-@pytest.mark.parametrize("name", [n for n in list_models() if "." not in n])
+@pytest.mark.parametrize("name", IMAGE_GRID)
 def test_entry_is_consistent(name):
     entry = info(name)
     assert entry.name == f"{entry.method}-{entry.dataset}" == name
@@ -116,6 +127,21 @@ def test_entry_is_consistent(name):
         assert "not published yet" in str(entry) and entry.train_command in str(entry)
 
 
+@pytest.mark.parametrize("name", GRAPH_GRID)
+def test_a_graph_entry_is_table_2s(name):
+    entry = info(name)
+    assert entry.name == f"{entry.method}-{entry.dataset}" == name and entry.hub_repo == f"hscl-zoo/{name}"
+    assert (entry.backbone, entry.config, entry.modality) == ("gin-3x32", None, "graph")
+    assert entry.paper_top1 == TABLE_2[entry.method][GRAPH_DATASETS.index(entry.dataset)]
+    assert entry.tag is None, "a graph encoder at Table 2's budget publishes the paper's name itself"
+    tu = {"mutag": "MUTAG", "enzymes": "ENZYMES", "ptc-mr": "PTC_MR", "imdb-binary": "IMDB-BINARY",
+          "imdb-multi": "IMDB-MULTI"}[entry.dataset]
+    assert entry.train_command.startswith(f"hscl-zoo train --dataset tu:{tu} --method {entry.method}")
+    if entry.published:
+        assert set(entry.metrics) == {"svm_accuracy", "linear_cv_accuracy"}
+        assert set(entry.hyperparameters) == ({"beta"} if entry.method in ("hucl", "hscl-beta") else set())
+
+
 def test_published_names_are_exactly_the_committed_releases():
     assert list_models(published_only=True) == sorted(registry._RELEASES)
 
@@ -123,6 +149,7 @@ def test_published_names_are_exactly_the_committed_releases():
 @pytest.mark.parametrize("name,top1,std", [
     ("ucl-stl10", 64.36, 0.92), ("hucl-cifar100", 67.77, None), ("scl-tinyimagenet", 62.06, None),
     ("hscl-beta-cifar100", 75.11, None), ("hscl-tau-stl10", 71.02, 2.03), ("hscl-beta-cifar10", 93.98, None),
+    ("hscl-beta-ptc-mr", 57.7, None), ("ucl-imdb-binary", 72.2, None), ("hucl-enzymes", 50.4, None),
 ])
 def test_paper_numbers_are_table_1(name, top1, std):
     entry = info(name)

@@ -199,6 +199,7 @@ def test_release_builds_a_pinned_folder_and_loads_by_name(run_dir, tmp_path, mon
     pasted = registry_entry_text(name, json.loads(json.dumps(_entry_from(printed))))
     assert pasted.replace(" ", "") in printed.replace(" ", "")
     entry_dict = _entry_from(printed)
+    assert (entry_dict["method"], entry_dict["dataset"]) == ("hscl-beta", "digits")
     for file, pin in entry_dict["files"].items():
         assert pin["sha256"] == hashlib.sha256((out / file).read_bytes()).hexdigest()
     monkeypatch.setitem(registry._RELEASES, name, entry_dict)
@@ -214,9 +215,8 @@ def test_release_builds_a_pinned_folder_and_loads_by_name(run_dir, tmp_path, mon
 
 
 def _entry_from(printed: str) -> dict:
-    text = printed.split("registry.py:\n", 1)[1]
-    key, _, body = text.partition(": ")
-    return json.loads(body.strip().rstrip(",").replace(": None", ": null"))
+    text = printed.split("hscl_zoo/zoo/released.json (or rerun with --register):\n", 1)[1]
+    return json.loads("{" + text + "}").popitem()[1]
 
 
 def test_release_refuses_a_cast_that_zeroes_a_layer(run_dir, tmp_path) -> None:

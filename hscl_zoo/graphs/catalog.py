@@ -17,7 +17,7 @@ from types import MappingProxyType
 from hscl_zoo._table import NamedTable
 
 __all__ = ["GraphDatasetSpec", "GRAPH_DATASETS", "register_graph_dataset", "is_graph_dataset", "graph_data_root",
-           "load_graph_dataset", "TABLE_2_METHODS"]
+           "load_graph_dataset", "find_graph_dataset", "TABLE_2_METHODS"]
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ def is_graph_dataset(dataset: str) -> bool:
     return isinstance(dataset, str) and dataset.startswith("tu:")
 
 
-def _spec(key: str) -> GraphDatasetSpec | None:
-    key = key.lower()
+def find_graph_dataset(key: str) -> GraphDatasetSpec | None:
+    """The table entry a name gives (``tu:MUTAG``, ``MUTAG`` or ``mutag``), None for any other."""
+    key = key.removeprefix("tu:").lower()
     return next((s for s in GRAPH_DATASETS.values() if key in (s.name, s.tu_name.lower())), None)
 
 
@@ -96,7 +97,7 @@ def load_graph_dataset(dataset: str, data_dir: str | os.PathLike | None = None, 
     if not is_graph_dataset(dataset):
         raise ValueError(f"a graph dataset is written tu:NAME or tu:/path/to/NAME, got {dataset!r}.")
     key = dataset[3:]
-    spec = _spec(key) if "/" not in key and os.sep not in key else None
+    spec = find_graph_dataset(key) if "/" not in key and os.sep not in key else None
     if spec is None:
         if not Path(key).expanduser().exists():
             known = ", ".join(s.tu_name for s in GRAPH_DATASETS.values())

@@ -28,7 +28,8 @@ from hscl_zoo.losses.methods import get_method
 from hscl_zoo.reproduction.report import replace_block
 from hscl_zoo.reproduction.statistics import PairedDifference, mean_std, paired_difference
 
-__all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "render_summary", "quote_block", "BEATS"]
+__all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "render_summary", "quote_block", "BEATS",
+           "release_variant"]
 
 Record = dict[str, Any]
 CHOICES = ("test", "train")
@@ -100,6 +101,29 @@ def method_cells(records: list[Record], choice: str = "test") -> dict[str, Graph
         else:
             cells[method] = GraphCell(method, _train_chosen(variants, names), "per fold", "train")
     return cells
+
+
+def release_variant(records: list[Record], method: str) -> tuple[Any, str]:
+    """The variant of `method` a zoo release trains, chosen without the SVM's test folds: the one
+    of best mean inner-CV accuracy over every fold of every seed its records share (first on ties),
+    and a phrase saying so. `records`: one dataset, protocol (a)."""
+    variants = [v for v in GRAPH_VARIANTS if v.method == method]
+    if len(variants) == 1:
+        return variants[0], ""
+    by = _by_variant(records)
+    seeds = sorted(set.intersection(*(set(by.get(v.name, {})) for v in variants)))
+    if not seeds:
+        raise ValueError(f"no seed has protocol-(a) records of every {method} variant "
+                         f"({', '.join(v.name for v in variants)}); run recipes/graph_table.py first.")
+    inner = {v.name: [f["inner_accuracy"] for s in seeds for f in by[v.name][s]["folds"]] for v in variants}
+    scores = {name: sum(values) / len(values) for name, values in inner.items()}
+    best = max(variants, key=lambda v: (scores[v.name], -variants.index(v)))
+    key = best.hyperparameters[0][0]
+    folds = len(inner[best.name])
+    shown = ", ".join(f"{dict(v.hyperparameters)[key]:g}: {100 * scores[v.name]:.2f} %" for v in variants)
+    phrase = (f"{key} chosen without test folds: the best mean inner-CV SVM accuracy over the {folds} folds of "
+              f"protocol (a)'s seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({shown})")
+    return best, phrase
 
 
 def _verdict(diff: PairedDifference | None) -> str:

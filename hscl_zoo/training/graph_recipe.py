@@ -174,9 +174,13 @@ def graph_model_folder(model: str) -> Path | None:
 
 
 def is_graph_command(model: str, dataset: str | None) -> bool:
-    """Whether ``eval``/``embed`` of `model` on `dataset` is a graph command: a ``tu:`` dataset or
-    a graph-encoder folder."""
-    return (isinstance(dataset, str) and dataset.startswith("tu:")) or graph_model_folder(model) is not None
+    """Whether ``eval``/``embed`` of `model` on `dataset` is a graph command: a ``tu:`` dataset, a
+    graph-encoder folder or a graph zoo name (``hscl-beta-mutag``)."""
+    if (isinstance(dataset, str) and dataset.startswith("tu:")) or graph_model_folder(model) is not None:
+        return True
+    from hscl_zoo.zoo import registry
+
+    return registry.is_model(model) and registry.info(model).modality == "graph"
 
 
 def _load_encoder(model: str) -> GraphEncoder:

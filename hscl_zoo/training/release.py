@@ -33,7 +33,7 @@ from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.shards import dtype_name
 
 __all__ = ["MAX_TOP1_DROP", "EVAL_NAME", "ReleaseRefused", "Release", "check_release_name", "released_scores",
-           "build_release", "registry_entry_text", "push_release"]
+           "build_release", "registry_entry_text", "register_release", "push_release", "git_commit", "hardware"]
 
 MAX_TOP1_DROP = 0.2
 """Points of linear top-1 the cast weights may differ by from the run's own float32 result, either
@@ -50,7 +50,8 @@ class ReleaseRefused(ValueError):
 
 @dataclass(frozen=True)
 class Release:
-    """A written release: its folder, the eval.json contents and the registry entry that pins it."""
+    """A written release: its folder, the eval.json contents and the record of ``released.json``
+    that pins it."""
 
     folder: Path
     evaluation: dict[str, Any]
@@ -70,7 +71,8 @@ def check_release_name(name: str) -> tuple[str, str]:
     return base, tag
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The checkout's HEAD commit, None outside a git checkout."""
     checkout = Path(__file__).resolve().parents[2]
     try:
         done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -80,7 +82,8 @@ def _git_commit() -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _hardware(device: torch.device) -> str:
+def hardware(device: torch.device) -> str:
+    """The device in words: the GPU's name, or the CPU's model, visible cores and torch threads."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     model = platform.processor() or platform.machine()
@@ -215,7 +218,7 @@ def build_release(
             "paper_top1": entry.paper_top1, "paper_setting": "Table 1 of the paper: ResNet-50, 200 epochs",
             "train_command": _train_command(recipe),
             "release_command": command,
-            "commit": _git_commit(), "hardware": _hardware(device), "torch": torch.__version__,
+            "commit": git_commit(), "hardware": hardware(device), "torch": torch.__version__,
         }
         config = json.loads((folder / "config.json").read_text())
         (folder / CARD_NAME).write_text(_card(config, name, evaluation, entry), encoding="utf-8")
@@ -224,7 +227,8 @@ def build_release(
         for path in sorted(folder.iterdir()):
             os.replace(path, target / path.name)
     pins = pin_folder(target)
-    entry_dict = {"backbone": config["architecture"], "budget": evaluation["budget"], "revision": None,
+    entry_dict = {"method": entry.method, "dataset": entry.dataset, "backbone": config["architecture"],
+                  "budget": evaluation["budget"], "revision": None,
                   "files": {k: pin._asdict() for k, pin in pins.items()},
                   "metrics": {"top1": round(scores["linear_top1"], 2), "top5": round(scores["linear_top5"], 2),
                               "knn_top1": round(scores["knn_top1"], 2)}}
@@ -232,8 +236,18 @@ def build_release(
 
 
 def registry_entry_text(name: str, entry: dict[str, Any]) -> str:
-    """The lines to paste into ``_RELEASES`` in ``hscl_zoo/zoo/registry.py``."""
-    return f"{json.dumps(name)}: {json.dumps(entry, indent=4).replace(': null', ': None')},"
+    """The release's record as it goes into ``hscl_zoo/zoo/released.json`` (``"name": {...}``)."""
+    return f"{json.dumps(name)}: {json.dumps(entry, indent=2)}"
+
+
+def register_release(name: str, entry: dict[str, Any], released: str | os.PathLike[str] | None = None) -> Path:
+    """Add (or replace) the release's record in ``released.json`` (the checkout's by default),
+    names sorted, so that the next import of the registry publishes it; returns the file."""
+    path = Path(released) if released is not None else registry.RELEASED_FILE
+    records = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    records[name] = entry
+    path.write_text(json.dumps(dict(sorted(records.items())), indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def push_release(folder: str | os.PathLike[str], repo_id: str | None = None, *, token: str | None = None,

@@ -78,15 +78,7 @@ ${results}
 
 ## Citation
 
-```bibtex
-@article{jiang2022hscl,
-  title   = {Supervised Contrastive Learning with Hard Negative Samples},
-  author  = {Jiang, Ruijie and Nguyen, Thuan and Ishwar, Prakash and Aeron, Shuchin},
-  journal = {arXiv preprint arXiv:2209.00078},
-  year    = {2022}
-}
-```
-""")
+""" + registry.PAPER_BIBTEX.replace("$", "$$"))
 
 _METRIC_NAMES = {
     "top1": ("accuracy", "Top-1 accuracy (linear probe)"),
@@ -432,7 +424,10 @@ def render_card(
 
 
 def _rendered() -> dict[str, str]:
-    return {f"{entry.name}.md": render_card(entry, evidence_results=REPO_RESULTS) for entry in registry.entries()}
+    from hscl_zoo.zoo.graph_cards import render_graph_card
+
+    return {f"{entry.name}.md": render_graph_card(entry) if entry.modality == "graph"
+            else render_card(entry, evidence_results=REPO_RESULTS) for entry in registry.entries()}
 
 
 def write_cards(out: str | Path) -> list[Path]:

@@ -2,15 +2,18 @@
 published, to the sha256 of every file of its release.
 
 The registry knows names, repos, backbones, revisions, checksums and published metrics, and
-nothing of training. The paper's grid (every method x dataset of Table 1, on ResNet-50) is
-generated from the method table (``hscl_zoo.losses.methods``) and the dataset table
-(``hscl_zoo.data.catalog``); any other model is one ``register_model(ZooEntry(...))``.
+nothing of training. The paper's grid is generated from its tables: every method x dataset of
+Table 1 (images, ResNet-50) from the method table (``hscl_zoo.losses.methods``) and the dataset
+table (``hscl_zoo.data.catalog``), and every method x dataset of Table 2 (graphs, InfoGraph's GIN)
+from the graph dataset table (``hscl_zoo.graphs.catalog``); any other model is one
+``register_model(ZooEntry(...))``.
 
 Names say what was trained, as timm's tags do: ``hscl-beta-cifar10`` is the paper's model (Table
 1's number, the paper's recipe), ``hscl-beta-cifar10.cpu-10k-5ep`` a release of it trained at a
-named smaller budget. Publishing a release is one entry in ``_RELEASES``, pasted from what
-``hscl-zoo release`` prints: per-file sha256 and size, the budget, the measured metrics, and the
-Hub commit once ``hscl-zoo push`` has uploaded it. An entry is published when it pins its files;
+named smaller budget. A graph encoder trained at Table 2's own budget is published under the
+paper's name itself (``hscl-beta-mutag``). Publishing a release is one record in ``released.json``,
+from what ``hscl-zoo release`` prints: per-file sha256 and size, the budget, the measured metrics,
+and the Hub commit once ``hscl-zoo push`` has uploaded it. An entry is published when it pins its files;
 where they are read from (a release folder, the Hub cache, the Hub) is
 :mod:`hscl_zoo.zoo.releases`. The bare name loads its best published tag (``resolve``).
 """
@@ -19,14 +22,17 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from hscl_zoo._table import NamedTable
 from hscl_zoo.data.catalog import DATASETS
+from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS
 from hscl_zoo.losses.methods import METHODS
 
 __all__ = [
@@ -49,47 +55,24 @@ __all__ = [
 HUB_ORG = "hscl-zoo"
 PAPER_BACKBONE = "resnet50"
 """The backbone of the paper's Table 1, and of the zoo's entries for it."""
-
-# "<paper name>.<tag>": what ``hscl-zoo release`` printed (backbone, budget, files, metrics), and the
-# Hub commit ``hscl-zoo push`` printed (None until pushed).
-_RELEASES: dict[str, dict[str, Any]] = {
-    "hscl-beta-cifar10.cpu-1500": {
-        "backbone": "resnet18",
-        "budget": "the cpu-cifar10 smoke budget: ResNet-18 (timm stem), 6 epochs on a class-balanced 1,500-image CIFAR-10 subset (300 test images), batch 128, float32 training on 2 CPU cores",
-        "revision": None,
-        "files": {
-            "README.md": {
-                "sha256": "265ae8462f25750b6cfc02dfa099094b7fed2462faf41b598b00aba3b8009fb1",
-                "size": 4311
-            },
-            "config.json": {
-                "sha256": "ca8590dbbf3d0108453ee3ea55746fa666f762852a9f22a0196f066615b70165",
-                "size": 3079
-            },
-            "eval.json": {
-                "sha256": "46cedb5eab056a629f4ae1950531fb1193385b2f358cb197ab379e08295f8634",
-                "size": 1455
-            },
-            "model-00001-of-00002.safetensors": {
-                "sha256": "d84ab7e8ea4a2e033eed49e036200f2e97d06f7298141bc5b13ea526983aadfd",
-                "size": 12937472
-            },
-            "model-00002-of-00002.safetensors": {
-                "sha256": "2a16c9e2e2a9411b5fbf81ffe741691c700943ecc69d26582ed66cc09be1f98b",
-                "size": 10117380
-            },
-            "model.safetensors.index.json": {
-                "sha256": "627d7662437631df377822ec4e82deb326514d8110ad5b3da8c3c9e549787be6",
-                "size": 9931
-            }
-        },
-        "metrics": {
-            "top1": 26.0,
-            "top5": 84.67,
-            "knn_top1": 24.0
-        }
-    },
+PAPER_BIBTEX = """```bibtex
+@article{jiang2022hscl,
+  title   = {Supervised Contrastive Learning with Hard Negative Samples},
+  author  = {Jiang, Ruijie and Nguyen, Thuan and Ishwar, Prakash and Aeron, Shuchin},
+  journal = {arXiv preprint arXiv:2209.00078},
+  year    = {2022}
 }
+```
+"""
+"""How every card cites the paper."""
+GRAPH_BACKBONE = "gin-3x32"
+"""The encoder of the paper's Table 2: InfoGraph's GIN, 3 layers of 32 units (hscl_zoo.graphs.encoder)."""
+
+RELEASED_FILE = Path(__file__).with_name("released.json")
+"""The published releases, one record per zoo name: what ``hscl-zoo release`` printed (method,
+dataset, backbone, budget, per-file sha256 and size, metrics) and the Hub commit ``hscl-zoo push``
+printed (null until pushed)."""
+_RELEASES: dict[str, dict[str, Any]] = json.loads(RELEASED_FILE.read_text(encoding="utf-8"))
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -112,16 +95,19 @@ def pretrain_command(config: str) -> str:
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """One zoo model: what it is (method, dataset, timm backbone), where its weights live, how
-    they are pinned, and what they scored. ``config`` is its recipe config as ``--config`` takes it:
-    the name of a config shipped in ``hscl_zoo.configs`` (the paper's grid: the zoo name) or the
-    path of a YAML file.
+    """One zoo model: what it is (method, dataset, backbone), where its weights live, how they are
+    pinned, and what they scored. An image model's ``config`` is its recipe config as ``--config``
+    takes it: the name of a config shipped in ``hscl_zoo.configs`` (the paper's grid: the zoo name)
+    or the path of a YAML file. A graph model (its dataset in the graph dataset table) has no
+    config: its command line is built from the dataset, the method and ``hyperparameters``, the
+    method's options its weights were trained with (``{"beta": 2.0}``).
 
     A tagged entry (``name`` = ``<paper name>.<tag>``) is a release trained at ``budget``, a
     sentence saying what it was trained with. ``files`` pins every file of the release (name ->
     ``FilePin``) and stays empty until it is published; ``revision`` is the Hub commit holding the
     files, once pushed. ``metrics`` holds only measured numbers (top-1 % of the linear probe, ...),
-    never the paper's, which are in ``paper_top1`` / ``paper_top1_std``.
+    never the paper's, which are in ``paper_top1`` / ``paper_top1_std`` (for a graph model, Table
+    2's SVM accuracy %).
     """
 
     name: str
@@ -129,7 +115,7 @@ class ZooEntry:
     dataset: str
     backbone: str
     hub_repo: str
-    config: str
+    config: str | None = None
     paper_top1: float | None = None
     paper_top1_std: float | None = None
     revision: str | None = None
@@ -137,14 +123,24 @@ class ZooEntry:
     metrics: Mapping[str, float] = field(default_factory=dict)
     tag: str | None = None
     budget: str | None = None
+    hyperparameters: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"Unknown method {self.method!r}; expected one of {list(METHODS)}.")
-        if self.dataset not in DATASETS:
-            raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)}.")
+        if self.dataset not in DATASETS and self.dataset not in GRAPH_DATASETS:
+            raise ValueError(f"Unknown dataset {self.dataset!r}; expected one of {list(DATASETS)} (images) or "
+                             f"{list(GRAPH_DATASETS)} (graphs).")
         if not isinstance(self.backbone, str) or not self.backbone:
-            raise ValueError(f"{self.name}: backbone must name a timm model (e.g. 'resnet50'), got {self.backbone!r}.")
+            raise ValueError(f"{self.name}: backbone must name a timm model (e.g. 'resnet50') or "
+                             f"{GRAPH_BACKBONE!r} for graphs, got {self.backbone!r}.")
+        if self.modality == "image" and not self.config:
+            raise ValueError(f"{self.name}: an image model names its recipe config (a shipped config or a YAML path).")
+        options = [h.name for h in METHODS[self.method].hyperparameters]
+        unknown = sorted(set(self.hyperparameters) - set(options))
+        if unknown:
+            raise ValueError(f"{self.name}: {self.method} takes no {', '.join(unknown)}; its options are {options}.")
+        object.__setattr__(self, "hyperparameters", MappingProxyType(dict(self.hyperparameters)))
         if self.tag is not None:
             if not isinstance(self.tag, str) or not _TAG_RE.match(self.tag) or not self.name.endswith(f".{self.tag}"):
                 raise ValueError(f"{self.name}: tag {self.tag!r} must be lowercase letters, digits and '-', and end "
@@ -183,27 +179,44 @@ class ZooEntry:
         return self.name.partition(".")[0]
 
     @property
+    def modality(self) -> str:
+        """``"graph"`` for a dataset of the graph dataset table, else ``"image"``."""
+        return "graph" if self.dataset in GRAPH_DATASETS else "image"
+
+    @property
     def num_classes(self) -> int:
-        return DATASETS[self.dataset].num_classes
+        return (GRAPH_DATASETS if self.modality == "graph" else DATASETS)[self.dataset].num_classes
+
+    @property
+    def dataset_display(self) -> str:
+        return (GRAPH_DATASETS if self.modality == "graph" else DATASETS)[self.dataset].display
 
     @property
     def train_command(self) -> str:
-        return pretrain_command(self.config)
+        """The command that trains this model (add ``--output_dir DIR``)."""
+        if self.modality == "image":
+            return pretrain_command(str(self.config))
+        options = "".join(f" --{key} {value:g}" for key, value in self.hyperparameters.items())
+        return (f"hscl-zoo train --dataset tu:{GRAPH_DATASETS[self.dataset].tu_name} --method {self.method}"
+                f"{options} --seed 0")
 
     def summary(self) -> str:
         """A human-readable, multi-line description (what ``hscl_zoo.info`` shows)."""
-        method, dataset = METHODS[self.method], DATASETS[self.dataset]
+        method = METHODS[self.method]
         paper = "n/a" if self.paper_top1 is None else f"{self.paper_top1:.2f}" + (
             f" ± {self.paper_top1_std:.2f}" if self.paper_top1_std is not None else "")
         lines = [
             self.name,
-            f"  method:      {self.method} ({method.display})",
-            f"  dataset:     {self.dataset} ({dataset.display}, {dataset.num_classes} classes)",
+            f"  method:      {self.method} ({method.display})"
+            + "".join(f", {key} = {value:g}" for key, value in self.hyperparameters.items()),
+            f"  dataset:     {self.dataset} ({self.dataset_display}, {self.num_classes} classes)",
             f"  backbone:    {self.backbone}",
             f"  hub repo:    {self.hub_repo}",
-            f"  config:      {self.config}",
-            f"  paper top-1: {paper} %",
         ]
+        if self.modality == "image":
+            lines += [f"  config:      {self.config}", f"  paper top-1: {paper} %"]
+        else:
+            lines += [f"  paper:       {paper} % (Table 2: SVM accuracy on the frozen embeddings)"]
         if self.budget:
             lines.append(f"  budget:      {self.budget}")
         if self.published:
@@ -249,26 +262,45 @@ def paper_entry(method: str, dataset: str, backbone: str = PAPER_BACKBONE) -> Zo
                     config=name, paper_top1=top1, paper_top1_std=std)
 
 
+def graph_paper_entry(method: str, dataset: str) -> ZooEntry:
+    """The entry ``<method>-<graph dataset>`` of Table 2, with its SVM accuracy."""
+    name = f"{method}-{dataset}"
+    return ZooEntry(name=name, method=method, dataset=dataset, backbone=GRAPH_BACKBONE, hub_repo=f"{HUB_ORG}/{name}",
+                    paper_top1=GRAPH_DATASETS[dataset].paper_accuracy.get(method))
+
+
 def release_entry(name: str, release: Mapping[str, Any]) -> ZooEntry:
-    """The entry of a tagged release ``<paper name>.<tag>`` of ``_RELEASES``: the paper entry's
-    method, dataset and Table 1 number, the release's own backbone, budget, files and metrics,
-    and its own Hub repo (``hscl-zoo/<name>``, one repo per tag as timm does)."""
+    """The entry of a release record of ``released.json``.
+
+    A tagged name ``<paper name>.<tag>`` is a release at a budget of its own: the paper entry's
+    Table number, the release's backbone, budget, files and metrics, and its own Hub repo
+    (``hscl-zoo/<name>``, one repo per tag as timm does). An untagged name is trained at the
+    paper's budget and publishes that name itself (a method the table lacks, such as H-SCL(tau) on
+    graphs, gets an entry of its own with no paper number)."""
     base, _, tag = name.partition(".")
     paper = _ENTRIES[base] if base in _ENTRIES else None
-    if paper is None or not tag:
-        raise ValueError(f"_RELEASES names {name!r}, which is not '<zoo name>.<tag>' of a zoo name.")
-    return ZooEntry(name=name, method=paper.method, dataset=paper.dataset, backbone=release["backbone"],
-                    hub_repo=f"{HUB_ORG}/{name}", config=paper.config, paper_top1=paper.paper_top1,
-                    paper_top1_std=paper.paper_top1_std, revision=release.get("revision"),
+    if tag and paper is None:
+        raise ValueError(f"released.json names {name!r}, whose {base!r} is not a zoo name.")
+    if paper is not None and (paper.method, paper.dataset) != (release["method"], release["dataset"]):
+        raise ValueError(f"released.json: {name!r} was trained as {release['method']} on {release['dataset']}, "
+                         f"but {base!r} is {paper.method} on {paper.dataset}.")
+    return ZooEntry(name=name, method=release["method"], dataset=release["dataset"], backbone=release["backbone"],
+                    hub_repo=f"{HUB_ORG}/{name}", config=paper.config if paper else None,
+                    paper_top1=paper.paper_top1 if paper else None,
+                    paper_top1_std=paper.paper_top1_std if paper else None, revision=release.get("revision"),
                     files={k: (v["sha256"], v["size"]) for k, v in release["files"].items()},
-                    metrics=release["metrics"], tag=tag, budget=release["budget"])
+                    metrics=release["metrics"], tag=tag or None, budget=release["budget"],
+                    hyperparameters=release.get("hyperparameters", {}))
 
 
 for _spec in tuple(METHODS.values()):
     for _dataset in _spec.paper_top1:
         register_model(paper_entry(_spec.name, _dataset))
+for _graphs in tuple(GRAPH_DATASETS.values()):
+    for _method in TABLE_2_METHODS:
+        register_model(graph_paper_entry(_method, _graphs.name))
 for _name, _release in _RELEASES.items():
-    register_model(release_entry(_name, _release))
+    register_model(release_entry(_name, _release), replace=not _name.partition(".")[2])
 
 
 def list_models(pattern: str | Iterable[str] = "*", published_only: bool = False) -> list[str]:
