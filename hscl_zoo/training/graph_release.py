@@ -52,7 +52,7 @@ def graph_train_command(run: dict[str, Any]) -> str:
 def _budget(run: dict[str, Any], spec_display: str, selection: str | None) -> str:
     budget = run["budget"]
     options = ", ".join(f"{key} = {value:g}" for key, value in run["hyperparameters"].items())
-    text = (f"all {run['graphs']} graphs of {spec_display} (the paper's protocol (a)), GIN {budget['layers']} x "
+    text = (f"all {run['graphs']:,} graphs of {spec_display} (the paper's protocol (a)), GIN {budget['layers']} x "
             f"{budget['hidden']}, {budget['epochs']} epochs of Adam (lr {budget['lr']:g}), batches of "
             f"{budget['batch_size']}, temperature {run['temperature']:g}, seed {run['seed']}")
     if options:
