@@ -64,3 +64,26 @@ def test_the_readme_and_the_graphs_page_quote_the_committed_records():
     from hscl_zoo.reproduction.graph_summary import render_summary
 
     assert summary.read_text() == render_summary(load_records(root / "results/graphs-paper/records"))
+
+
+def test_the_figure_draws_each_cells_mean_and_std_beside_table_2():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hscl_zoo.reproduction.graph_figures import table_two_figure
+
+    records = [_record("ucl", "ucl", s, [t]) for s, t in enumerate([0.80, 0.90])]
+    records += [_record("scl", "scl", s, [t], dataset="PTC_MR") for s, t in enumerate([0.50, 0.60, 0.70])]
+    fig = table_two_figure(records, "a", "train")
+    try:
+        mutag, ptc = fig.axes
+        assert mutag.get_title() == "MUTAG (seeds: 2)" and ptc.get_title() == "PTC (seeds: 3)"
+        assert [round(p.get_height(), 6) for p in mutag.patches] == [85.0]
+        assert [round(p.get_height(), 6) for p in ptc.patches] == [60.0]
+        (bar,) = [c for c in ptc.containers if hasattr(c, "errorbar")]
+        low, high = bar.errorbar.lines[2][0].get_segments()[0][:, 1]
+        assert np.isclose(high - low, 2 * 10.0)  # sample std of 50, 60, 70 is 10 points, drawn both ways
+        ticks = [line.get_ydata()[0] for line in mutag.lines if line.get_color() == "black"]
+        assert ticks == [86.8], "UCL's MUTAG number in the paper's Table 2"
+    finally:
+        plt.close(fig)
