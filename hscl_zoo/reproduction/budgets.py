@@ -63,9 +63,9 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
 )}
 BUDGETS["gpu-cifar10-rehearsal"] = Budget(
     "gpu-cifar10-rehearsal",
-    "gpu-cifar10's settings at a CPU size (256 images, 2 epochs, float32, no workers): "
-    "`benchmarks/gpu_sprint.sh --rehearse train` proves the GPU budget's command before a GPU runs it. Not evidence.",
-    {**BUDGETS["gpu-cifar10"].settings, "subset": 256, "epochs": 2, "batch_size": 64, "mixed_precision": "no",
+    "gpu-cifar10's settings at a CPU size (256 images, 1 epoch, float32, no workers): "
+    "`benchmarks/gpu_sprint.sh --rehearse next` proves the GPU budget's commands before a GPU runs them. Not evidence.",
+    {**BUDGETS["gpu-cifar10"].settings, "subset": 256, "epochs": 1, "batch_size": 64, "mixed_precision": "no",
      "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": 256})
 
 # Within a seed: the headline pair first, and SCL before H-SCL(tau), whose threshold comes from SCL.
