@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -143,3 +144,26 @@ def unpack(out: Path, root: Path, log: str | None = None) -> list[str]:
         if bad:
             raise SystemExit(f"error: {bad} differ from the sha256 the sprint log recorded; the pack is damaged.")
     return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Unpack a GPU call's files into the repository, hashes checked.")
+    p.add_argument("command", choices=["unpack"])
+    p.add_argument("out", type=Path, help="the folder the device call returned (results.tgz and tar parts)")
+    p.add_argument("--into", type=Path, default=Path(__file__).resolve().parents[1], help="default: this checkout")
+    args = p.parse_args(argv)
+    if not (args.out / RESULTS).is_file():
+        raise SystemExit(f"error: {args.out} holds no {RESULTS}; give the folder a 'gpu_sprint.sh next' call returned.")
+    with tarfile.open(args.out / RESULTS) as tar:
+        logs = [n for n in tar.getnames() if re.match(r"benchmarks/results/(gpu_sprint|rehearsal)_\w+\.json$", n)]
+    if len(logs) != 1:
+        raise SystemExit(f"error: {args.out / RESULTS} holds {len(logs)} sprint logs, not one; it is not one call's pack.")
+    for path in unpack(args.out, args.into, log=logs[0]):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

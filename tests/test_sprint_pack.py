@@ -5,9 +5,11 @@ and the hash of its diff; a correction sits beside the recorded value."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -46,14 +48,30 @@ def test_results_and_weights_come_back_byte_for_byte_in_parts_under_the_limit(tm
         assert (root / path).read_bytes() == (view / path).read_bytes(), path
 
 
-def test_weights_that_would_pass_the_calls_limits_are_left_out_not_cut(tmp_path):
-    folders = {f"releases/m{i}": 20 * 2**20 for i in range(4)}  # 80 MiB: the fourth passes 64 MiB
+@pytest.mark.parametrize("count, size, kept", [
+    (3, 25 * 2**20, 2),  # 75 MiB in 7 files: the third passes 64 MiB
+    (9, 2**10, 7),  # nine small folders: results.tgz and seven parts make the eight files
+])
+def test_weights_that_would_pass_the_calls_limits_are_left_out_not_cut(tmp_path, count, size, kept):
+    folders = {f"releases/m{i}": size for i in range(count)}
     view = view_with(tmp_path, folders)
     left_out = pack.pack(view, tmp_path / "out", [], list(folders))
     files = list((tmp_path / "out").iterdir())
-    assert left_out == ["releases/m3"]
+    assert left_out == list(folders)[kept:]
     assert len(files) <= pack.MAX_FILES and sum(f.stat().st_size for f in files) <= pack.MAX_TOTAL_BYTES
-    assert not any(f.name.startswith("releases~m3") for f in files)
+    assert {f.name.split(".tar.part")[0] for f in files} == {"results.tgz", *(f"releases~m{i}" for i in range(kept))}
+
+
+def test_unpack_writes_nothing_outside_the_repository(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with tarfile.open(out / "results.tgz", "w:gz") as tar:
+        info = tarfile.TarInfo("../escaped.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(SystemExit, match="not a file under the repository"):
+        pack.unpack(out, tmp_path / "repo")
+    assert not (tmp_path / "escaped.json").exists()
 
 
 def test_unpack_checks_each_file_against_the_sprint_logs_hash(tmp_path):
@@ -85,6 +103,7 @@ def test_the_source_names_the_commit_and_hashes_the_diff_of_the_carried_tree(tmp
     assert clean["commit"] == git(tmp_path, "rev-parse", "HEAD").strip()
     assert clean["diff_sha256"] == hashlib.sha256(b"").hexdigest() and clean["untracked"] == []
     (tmp_path / "a.py").write_text("x = 2\n")
+    git(tmp_path, "add", "a.py")  # staged: still a change from the commit the tree names
     (tmp_path / "new.py").write_text("y = 1\n")
     changed = pack.source(tmp_path)
     assert changed["commit"] == clean["commit"] and changed["untracked"] == ["new.py"]
@@ -106,3 +125,15 @@ def test_a_correction_is_a_new_field_beside_the_recorded_value():
         pack.correct(record, "git_commit", "c" * 40, "why")
     with pytest.raises(ValueError, match="reason"):
         pack.correct(record, "top1", 84.0, " ")
+
+
+def test_the_unpack_command_finds_the_calls_log_and_checks_against_it(tmp_path, capsys):
+    view = view_with(tmp_path, {})
+    record, log = "results/gpu-cifar10/runs/ucl-s0.json", "benchmarks/results/gpu_sprint_20260101T000000Z.json"
+    (view / "benchmarks/results").mkdir(parents=True)
+    (view / log).write_text(json.dumps({"parts": [{"files": {record: "f" * 64}}]}))
+    pack.pack(view, tmp_path / "out", [record, log], [])
+    with pytest.raises(SystemExit, match="differ from the sha256"):
+        pack.main(["unpack", str(tmp_path / "out"), "--into", str(tmp_path / "repo")])
+    with pytest.raises(SystemExit, match="holds no results.tgz"):
+        pack.main(["unpack", str(tmp_path / "nothing"), "--into", str(tmp_path / "repo")])
