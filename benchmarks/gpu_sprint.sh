@@ -1,43 +1,50 @@
 #!/usr/bin/env bash
-# The first GPU session's whole sequence (issue 30), in steps that each fit one device command
-# (under 9 minutes on one H100/H200): check the CUDA path, measure it, train CIFAR-10 on it.
+# The GPU sprint (issues 30 and 40), in steps that each fit one device command (under 9 minutes on
+# one H100/H200). A lent GPU now gives about 15 minutes in all, so one call of `next` is the plan:
 #
-#   bash benchmarks/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, commit -> .gpu/
-#   bash benchmarks/gpu_sprint.sh check measure         # on the GPU (device tool: carry .gpu)
-#   bash benchmarks/gpu_sprint.sh train                 # on the GPU
-#   bash benchmarks/gpu_sprint.sh --rehearse check measure train   # the same on the CPU, tiny sizes
+#   bash benchmarks/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, source -> .gpu/
+#   bash benchmarks/gpu_sprint.sh next                  # on the GPU (device tool: carry .gpu, limit ~560 s)
+#   bash benchmarks/gpu_sprint.sh --rehearse next       # the same plan on the CPU, tiny sizes
+#   python benchmarks/sprint_plan.py --show             # what the next calls will do
 #
 # Steps:
 #   pack     copy CIFAR-10's parquet files (../shared/data/cifar10, 21 MB) and the wheels the GPU image
 #            lacks (datasets and what it needs that the image does not hold) into .gpu/, an ignored
-#            folder the device tool carries, and record the commit the tree is at (refused when
-#            hscl_zoo/, recipes/ or benchmarks/ differ from it: a measurement names its code).
+#            folder the device tool carries, and record the code the tree is at in .gpu/source.json
+#            (commit, sha256 of `git diff HEAD`; refused when hscl_zoo/, recipes/ or benchmarks/
+#            differ from HEAD: a measurement names its code).
+#   next     benchmarks/sprint_next.py: from the committed files (results/gpu-cifar10/runs, the GPU
+#            check results), the most valuable missing work that fits the call (benchmarks/sprint_plan.py):
+#            two missing gpu-cifar10 runs side by side (UCL, H-UCL, H-SCL(tau) seed 0 first, then
+#            seeds 1 and 2), each seed-0 run released in bf16; with 4 minutes left, the step-parity
+#            check (TF32 off and on) and the loss-memory benchmark. Every result is packed into $OUT
+#            as it lands (results.tgz, weights as <= 15 MiB tar parts), so a cut call keeps what
+#            finished; `python benchmarks/sprint_pack.py unpack OUT` puts them in the repository.
 #   check    environment, CPU-vs-device parity (benchmarks/cuda_parity.py), and two epochs of
 #            hscl-beta-cifar10 whose second epoch is trained again from the first's checkpoint.
 #   measure  benchmarks/loss_bench.py and benchmarks/train_throughput.py (ResNet-18 and ResNet-50,
 #            small stem, plain and fast, compile, augmentation alone, loss memory).
-#   train    recipes/reproduce.py --budget gpu-cifar10: SCL and H-SCL(beta), seed 0, full CIFAR-10.
 #
-# Every result lands in $STATE/results/ (STATE: runs/gpu-sprint, or runs/gpu-sprint-rehearsal),
-# and each part of a step packs the results and logs so far into $OUT/<step>.tgz (OUT: the device tool's
-# folder; runs/gpu-sprint/out when unset). A step whose result file exists is skipped, and a cut
-# training run resumes from its checkpoint, so re-running a command on a machine that kept runs/
-# only does what is missing. Exit status: the number of failed parts (0: all passed).
+# check and measure land in $STATE/results/ (STATE: runs/gpu-sprint, or runs/gpu-sprint-rehearsal),
+# and each part of them packs the results and logs so far into $OUT/<step>.tgz (OUT: the device
+# tool's folder; $STATE/out when unset). A step whose result file exists is skipped.
+# Exit status: the number of failed parts (0: all passed).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 REHEARSE=0
 STEPS=()
+ARGS=("$@")
 for arg in "$@"; do
   case $arg in
     --rehearse) REHEARSE=1 ;;
-    pack|check|measure|train) STEPS+=("$arg") ;;
+    pack|next|check|measure) STEPS+=("$arg") ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-    *) echo "error: unknown argument '$arg'; steps are pack, check, measure, train (and --rehearse)." >&2; exit 2 ;;
+    *) echo "error: unknown argument '$arg'; steps are pack, next, check, measure (and --rehearse)." >&2; exit 2 ;;
   esac
 done
-[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, check, measure or train (see --help)." >&2; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, next, check or measure (see --help)." >&2; exit 2; }
 
 PACK=.gpu
 WHEELS="datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0"
@@ -101,6 +108,8 @@ step_pack() {
       -d $PACK/whl $WHEELS || { echo "error: downloading the wheels failed" >&2; exit 2; }
   fi
   git rev-parse HEAD > $PACK/source_commit
+  PYTHONPATH=benchmarks "$PY" -c "import json, pathlib, sprint_pack; print(json.dumps(sprint_pack.source(pathlib.Path('.'))))" \
+    > $PACK/source.json || { echo "error: recording the source in $PACK/source.json failed" >&2; exit 2; }
   du -sh $PACK
   note "pack: carry '$PACK' in the device tool's call"
 }
@@ -192,22 +201,15 @@ step_measure() {
     "${mem[@]}" --json "$RES/loss-memory.json"
 }
 
-# The two runs share the GPU, side by side: their CPU-bound parts (decoding, feature extraction for
-# the probe) overlap, and a ResNet-18 at batch 512 leaves room on an H100. Their views/s are
-# therefore not a single run's speed (benchmarks/train_throughput.py measures that).
-step_train() {
-  local budget=gpu-cifar10 method
-  [ $REHEARSE = 1 ] && budget=gpu-cifar10-rehearsal
-  mkdir -p "$RES/$budget"
-  for method in scl hscl-beta; do
-    run "train-$method" "$RES/$budget/$method-s0.json" "$PY" recipes/reproduce.py --budget $budget --data_dir "$DATA" \
-      --seeds 0 --methods $method --out "$STATE/$budget" &
-  done
-  wait
-  cp "$STATE/$budget"/runs/*.json "$RES/$budget/" 2>/dev/null
-  for method in scl hscl-beta; do
-    [ -s "$RES/$budget/$method-s0.json" ] || { note "train-$method: no run record"; FAILED=$((FAILED + 1)); }
-  done
+# next: the planner decides, from the files, what this call does; it packs $OUT itself.
+step_next() {
+  local args=(--state "$STATE" --out "$OUT" --data "$DATA" --command "bash benchmarks/gpu_sprint.sh $*")
+  [ $REHEARSE = 1 ] && args+=(--rehearse)
+  [ $REHEARSE = 0 ] && [ -s $PACK/source.json ] && args+=(--source $PACK/source.json)
+  [ -n "${VIEW:-}" ] && args+=(--view "$VIEW")
+  [ -n "${SPRINT_SECONDS:-}" ] && args+=(--budget-seconds "$SPRINT_SECONDS")
+  "$PY" benchmarks/sprint_next.py "${args[@]}"
+  FAILED=$((FAILED + $?))
 }
 
 # pack_out: $OUT/<step>.tgz holds the step's results and logs so far, so a command cut at the
@@ -220,6 +222,7 @@ for step in "${STEPS[@]}"; do
   if [ "$step" = pack ]; then step_pack; continue; fi
   STEP=$step
   setup
+  if [ "$step" = next ]; then step_next "${ARGS[@]}"; continue; fi
   "step_$step"
   pack_out
   note "$step: packed $OUT/$step.tgz ($(du -h "$OUT/$step.tgz" | cut -f1))"

@@ -14,6 +14,7 @@ the code or config text that defines it. Code (fenced, indented, inline) and the
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import math
 import re
@@ -323,3 +324,64 @@ def test_every_quoted_file_names_the_code_it_measured():
             if not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
                 missing.append(file.relative_to(ROOT).as_posix())
     assert not missing, f"result files quoted without the commit they were measured at: {missing}"
+
+
+def unnamed_gpu_files(root: Path) -> list[str]:
+    """The GPU result files of the checkout at `root` that do not name the code that produced
+    them: a gpu-cifar10 run record or a GPU check result (benchmarks/results/gpu_*.json) must be
+    listed, byte for byte (sha256), in a sprint log (benchmarks/results/gpu_sprint_*.json) whose
+    source names a commit, the hash of the carried tree's diff and the command; a run record's own
+    commit must be that commit. The first session's records predate the logs: they name
+    h100_sprint.json's source_commit (packed from a clean tree)."""
+    first = json.loads((root / "benchmarks/results/h100_sprint.json").read_text())["source_commit"]
+    listed: dict[str, tuple[str, str]] = {}
+    bad = []
+    for log in sorted((root / "benchmarks/results").glob("gpu_sprint_*.json")):
+        record = json.loads(log.read_text())
+        source = record.get("source", {})
+        if not (COMMIT.fullmatch(str(source.get("commit"))) and re.fullmatch(r"[0-9a-f]{64}", str(source.get("diff_sha256")))
+                and record.get("command")):
+            bad.append(log.relative_to(root).as_posix())
+            continue
+        for part in record.get("parts", []):
+            for path, digest in part.get("files", {}).items():
+                listed[path] = (digest, source["commit"])
+    gpu_files = [*sorted((root / "results/gpu-cifar10/runs").glob("*.json")),
+                 *(p for p in sorted((root / "benchmarks/results").glob("gpu_*.json")) if not p.name.startswith("gpu_sprint_"))]
+    for path in gpu_files:
+        name = path.relative_to(root).as_posix()
+        commit = json.loads(path.read_text()).get("commit")
+        if name in listed:
+            digest, source_commit = listed[name]
+            if hashlib.sha256(path.read_bytes()).hexdigest() != digest or commit not in (None, source_commit):
+                bad.append(name)
+        elif commit != first:
+            bad.append(name)
+    return bad
+
+
+def test_every_gpu_file_names_the_code_that_produced_it():
+    assert unnamed_gpu_files(ROOT) == []
+
+
+def test_a_gpu_file_edited_after_landing_or_left_out_of_its_log_is_caught(tmp_path):
+    first = _json("benchmarks/results/h100_sprint.json")["source_commit"]
+    (tmp_path / "results/gpu-cifar10/runs").mkdir(parents=True)
+    (tmp_path / "benchmarks/results").mkdir(parents=True)
+    (tmp_path / "benchmarks/results/h100_sprint.json").write_text(json.dumps({"source_commit": first}))
+    (tmp_path / "results/gpu-cifar10/runs/scl-s0.json").write_text(json.dumps({"commit": first}))
+    landed = tmp_path / "results/gpu-cifar10/runs/ucl-s0.json"
+    landed.write_text(json.dumps({"commit": "a" * 40, "top1": 50.0}))
+    check = tmp_path / "benchmarks/results/gpu_step_parity.json"
+    check.write_text(json.dumps({"git_commit": "a" * 40}))
+    files = {p.relative_to(tmp_path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in (landed, check)}
+    log = {"source": {"commit": "a" * 40, "diff_sha256": "0" * 64}, "command": "bash benchmarks/gpu_sprint.sh next",
+           "parts": [{"part": "train-ucl-s0", "files": files}]}
+    (tmp_path / "benchmarks/results/gpu_sprint_x.json").write_text(json.dumps(log))
+    assert unnamed_gpu_files(tmp_path) == []
+    landed.write_text(json.dumps({"commit": "a" * 40, "top1": 51.0}))  # a hand edit after landing
+    (tmp_path / "results/gpu-cifar10/runs/hucl-s0.json").write_text(json.dumps({"commit": "a" * 40}))  # in no log
+    assert unnamed_gpu_files(tmp_path) == ["results/gpu-cifar10/runs/hucl-s0.json", "results/gpu-cifar10/runs/ucl-s0.json"]
+    del log["source"]["diff_sha256"]
+    (tmp_path / "benchmarks/results/gpu_sprint_x.json").write_text(json.dumps(log))
+    assert "benchmarks/results/gpu_sprint_x.json" in unnamed_gpu_files(tmp_path)

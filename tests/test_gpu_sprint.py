@@ -25,6 +25,7 @@ def sprint(*args: str, env: dict[str, str], timeout: int = 1500) -> subprocess.C
 @pytest.mark.parametrize("args, message", [
     ((), "name at least one step"),
     (("check", "--fast"), "unknown argument '--fast'"),
+    (("train",), "unknown argument 'train'"),  # the hard-coded SCL/H-SCL(beta) training is gone: `next` plans
 ])
 def test_bad_arguments_are_refused_with_one_line(tmp_path, args, message):
     result = sprint(*args, env={"STATE": str(tmp_path / "state")})
@@ -41,12 +42,12 @@ def test_missing_data_is_refused_before_anything_is_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_rehearsal_runs_every_step_and_packs_its_results(tmp_path):
+def test_the_rehearsal_runs_the_check_and_measure_steps_and_packs_their_results(tmp_path):
     if not CIFAR10.is_dir():
         pytest.skip(f"{CIFAR10} is absent (a user's clone); CI has it")
     state, out = tmp_path / "state", tmp_path / "out"
     env = {"STATE": str(state), "OUT": str(out), "DATA": str(CIFAR10), "OMP_NUM_THREADS": "2"}
-    result = sprint("--rehearse", "check", "measure", "train", env=env)
+    result = sprint("--rehearse", "check", "measure", env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
     results = state / "results"
@@ -58,17 +59,10 @@ def test_the_rehearsal_runs_every_step_and_packs_its_results(tmp_path):
         assert json.loads((results / f"{name}.json").read_text()), name
     compiled = json.loads((results / "compile.json").read_text())
     assert "compile" in json.dumps(compiled)
-    records = {p.stem: json.loads(p.read_text()) for p in (results / "gpu-cifar10-rehearsal").glob("*-s0.json")}
-    assert set(records) == {"scl-s0", "hscl-beta-s0"}
-    for record in records.values():
-        assert record["config"]["stem"] == "small" and record["config"]["backbone"] == "resnet18"
-        assert len(record["history"]) == 2 and 0 <= record["top1"] <= 100
-    with tarfile.open(out / "train.tgz") as tar:
-        assert "results/gpu-cifar10-rehearsal/hscl-beta-s0.json" in tar.getnames()
     with tarfile.open(out / "check.tgz") as tar:
         assert {"results/parity.json", "results/resume.json", "logs/resume-second.log"} <= set(tar.getnames())
 
-    again = sprint("--rehearse", "check", "measure", "train", env=env, timeout=300)
+    again = sprint("--rehearse", "check", "measure", env=env, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before") >= 8, again.stdout[-3000:]
 
 

@@ -1,0 +1,235 @@
+"""What the next GPU call should do, decided from the files already committed (issue 40).
+
+A lent GPU comes with about 15 minutes of machine time, one command of at most 10 minutes. This
+module turns the repository's state (the gpu-cifar10 run records, the GPU check results) into an
+ordered plan that fits one call, so `bash benchmarks/gpu_sprint.sh next` never redoes finished
+work and spends the minutes on what is missing, most valuable first:
+
+1. gpu-cifar10 runs, two side by side: UCL, H-UCL and H-SCL(tau) at seed 0 first (the methods
+   with no GPU run yet), then seeds 1 and 2 of all five. Each seed-0 run is also released
+   (``<method>-cifar10.gpu-30ep``, bf16 shards). An H-SCL(tau) run takes its threshold schedule
+   from the SCL run of its seed, so it never starts beside that run, only after it.
+2. With at least `CHECKS_NEED_SECONDS` left: the checks never run on a GPU, the step-parity check
+   with TF32 off and on (`benchmarks/cuda_parity.py`) and the loss-memory benchmark.
+
+Everything here is a pure function of a `State` (what exists) and `Costs` (how long things took,
+read from the committed sprint logs), so the plan is unit-tested without a GPU; `state_of` and
+`costs_of` read them from a checkout.
+
+    python benchmarks/sprint_plan.py --show                  # the plan for the next call
+    python benchmarks/sprint_plan.py --elapsed 300 --skip step-parity   # the next item, one line
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET = "gpu-cifar10"
+RUNS_DIR = f"results/{BUDGET}/runs"
+CALL_SECONDS = 540
+"""The work one device call holds: 9 minutes, under the 10-minute limit of a command (the rest is
+the machine's start, the install of the packed wheels and the files' way back)."""
+CHECKS_NEED_SECONDS = 240
+"""The checks start only with at least this much of the call left (the loss-memory benchmark was
+cut once already, so it gets room rather than an estimate)."""
+RELEASE_TAG = "gpu-30ep"
+METHOD_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
+"""Within a seed (hscl_zoo.reproduction.budgets.RUN_ORDER): SCL before H-SCL(tau), which reads it."""
+SEED0_FIRST = ("ucl", "hucl", "hscl-tau", "scl", "hscl-beta")
+"""Seed 0's order: the three methods the first GPU session did not reach, then (should their files
+ever be missing) the two it did."""
+LATER_SEEDS = (1, 2)
+CHECKS = {"step-parity": "benchmarks/results/gpu_step_parity.json",
+          "loss-memory": "benchmarks/results/gpu_loss_memory.json"}
+"""Each check and the file that records it once it ran on a GPU (where its result lands)."""
+
+
+@dataclass(frozen=True)
+class State:
+    """What exists: finished gpu-cifar10 runs ("ucl-s0", ...) and the checks already run on a GPU."""
+
+    runs: frozenset[str] = frozenset()
+    checks: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds each kind of item takes on the GPU, and the file each number came from."""
+
+    pair: float
+    release: float
+    checks: dict[str, float]
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of a call's work. `must_fit`: the seconds that have to fit the time left for it
+    to start (a pair's training); `seconds`: the whole item's estimate, releases included, which
+    are packed as they land and so need not fit (a cut call keeps the runs)."""
+
+    kind: str
+    runs: tuple[str, ...] = ()
+    check: str | None = None
+    seconds: float = 0.0
+    must_fit: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.check if self.kind == "check" else "train " + " ".join(self.runs)
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """Release names of the item's seed-0 runs."""
+        return tuple(release_name(run) for run in self.runs if run.endswith("-s0"))
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "runs": list(self.runs), "check": self.check,
+                "releases": list(self.releases), "seconds": round(self.seconds, 1), "must_fit": round(self.must_fit, 1)}
+
+
+def release_name(run: str, tag: str = RELEASE_TAG) -> str:
+    """``ucl-s0`` -> ``ucl-cifar10.gpu-30ep``: the zoo entry the run trains, tagged with its budget."""
+    method, _, _ = run.rpartition("-s")
+    return f"{method}-cifar10.{tag}"
+
+
+def priority() -> list[str]:
+    """Every gpu-cifar10 run the sprint wants, most valuable first."""
+    return [f"{m}-s0" for m in SEED0_FIRST] + [f"{m}-s{seed}" for seed in LATER_SEEDS for m in METHOD_ORDER]
+
+
+def ready(run: str, done: Iterable[str]) -> bool:
+    """Whether `run` can start now: an H-SCL(tau) run needs its seed's SCL record to exist."""
+    method, _, seed = run.rpartition("-s")
+    return method != "hscl-tau" or f"scl-s{seed}" in set(done)
+
+
+def next_item(state: State, costs: Costs, elapsed: float, budget: float = CALL_SECONDS,
+              skip: Iterable[str] = ()) -> Item | None:
+    """The most valuable missing item that may start `elapsed` seconds into a call of `budget`
+    seconds, or None. Items named in `skip` (tried this call) are passed over."""
+    skip = set(skip)
+    left = budget - elapsed
+    missing = [r for r in priority() if r not in state.runs and r not in skip and ready(r, state.runs)]
+    if missing and costs.pair <= left:
+        pair = missing[:2]  # `ready` reads finished runs only: H-SCL(tau) never pairs with its own SCL
+        releases = sum(1 for r in pair if r.endswith("-s0"))
+        return Item("train", tuple(pair), seconds=costs.pair + (costs.release if releases else 0.0),
+                    must_fit=costs.pair)
+    if left < CHECKS_NEED_SECONDS:
+        return None
+    for check in CHECKS:
+        if check not in state.checks and check not in skip and costs.checks[check] <= left:
+            return Item("check", check=check, seconds=costs.checks[check], must_fit=costs.checks[check])
+    return None
+
+
+def done_after(state: State, item: Item) -> State:
+    """The state once `item` has landed."""
+    if item.kind == "check":
+        return State(state.runs, state.checks | {item.check})
+    return State(state.runs | set(item.runs), state.checks)
+
+
+def plan(state: State, costs: Costs, budget: float = CALL_SECONDS, elapsed: float = 0.0) -> list[Item]:
+    """The items one call does in order, if each takes its estimate."""
+    items: list[Item] = []
+    while (item := next_item(state, costs, elapsed, budget)) is not None:
+        items.append(item)
+        state, elapsed = done_after(state, item), elapsed + item.seconds
+    return items
+
+
+def plan_calls(state: State, costs: Costs, budget: float = CALL_SECONDS, limit: int = 20) -> list[list[Item]]:
+    """The plan of each of the next calls until nothing is missing (at most `limit` calls)."""
+    calls = []
+    while len(calls) < limit and (items := plan(state, costs, budget)):
+        calls.append(items)
+        for item in items:
+            state = done_after(state, item)
+    return calls
+
+
+def state_of(root: Path = ROOT) -> State:
+    """The State of a checkout (or of a sprint's view of one): run records under RUNS_DIR, and
+    each check whose result file exists."""
+    runs = frozenset(p.stem for p in (root / RUNS_DIR).glob("*-s[0-9]*.json"))
+    return State(runs, frozenset(name for name, path in CHECKS.items() if (root / path).is_file()))
+
+
+def _measured(root: Path, prefix: str) -> tuple[float, str] | None:
+    """Longest measured `seconds` of a sprint part whose name starts with `prefix`, over every
+    sprint log in benchmarks/results/ (h100_sprint.json, gpu_sprint_*.json), and its file."""
+    best: tuple[float, str] | None = None
+    for path in sorted((root / "benchmarks" / "results").glob("*sprint*.json")):
+        for part in json.loads(path.read_text()).get("parts", []):
+            seconds = part.get("seconds")
+            if part.get("part", "").startswith(prefix) and isinstance(seconds, (int, float)):
+                if best is None or seconds > best[0]:
+                    best = (float(seconds), path.relative_to(root).as_posix())
+    return best
+
+
+def costs_of(root: Path = ROOT) -> Costs:
+    """Costs from the committed files. A pair: the longest training part of a GPU sprint log. A
+    release: the longest measured one, else the longest time a run record spent outside its
+    epochs (start-up and final evaluation: a release re-extracts the same features, so this bounds
+    it). The parity check: its longest measured part; the loss-memory benchmark has none (cut on
+    the first GPU), so it gets the checks' whole allowance."""
+    train = _measured(root, "train-")
+    if train is None:
+        raise SystemExit(f"error: no sprint log under {root / 'benchmarks/results'} times a training part; "
+                         "pass --pair-seconds.")
+    release = _measured(root, "release-")
+    if release is None:
+        outside = [(r["wall_seconds"] - sum(h.get("wall_seconds", h["epoch_seconds"]) for h in r["history"]), p)
+                   for p in sorted((root / RUNS_DIR).glob("*.json")) for r in [json.loads(p.read_text())]]
+        if not outside:
+            raise SystemExit(f"error: no run record under {root / RUNS_DIR} to estimate a release from.")
+        seconds, path = max(outside)
+        release = (seconds, path.relative_to(root).as_posix())
+    parity = _measured(root, "parity") or _measured(root, "step-parity")
+    checks = {"step-parity": parity[0] if parity else float(CHECKS_NEED_SECONDS),
+              "loss-memory": float(CHECKS_NEED_SECONDS)}
+    return Costs(train[0], release[0], checks, {"pair": train[1], "release": release[1],
+                                                "step-parity": parity[1] if parity else "none measured"})
+
+
+def show(calls: list[list[Item]], costs: Costs) -> str:
+    """The plan of the next calls as Markdown lines."""
+    lines = [f"Estimates: a pair {costs.pair:.0f} s ({costs.sources['pair']}), a release {costs.release:.0f} s "
+             f"({costs.sources['release']}); each call {CALL_SECONDS} s."]
+    for number, items in enumerate(calls, 1):
+        lines.append(f"call {number}: " + "; ".join(
+            item.name + (f" (+ release {', '.join(item.releases)})" if item.releases else "") for item in items))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--root", type=Path, default=ROOT, help="checkout (or sprint view) whose files say what exists")
+    p.add_argument("--elapsed", type=float, default=0.0, help="seconds of the call already spent")
+    p.add_argument("--budget-seconds", type=float, default=CALL_SECONDS)
+    p.add_argument("--skip", nargs="*", default=[], help="items tried this call (run or check names)")
+    p.add_argument("--show", action="store_true", help="print the plan of every call until nothing is missing")
+    args = p.parse_args(argv)
+    if args.elapsed < 0 or args.budget_seconds <= 0:
+        raise SystemExit("error: --elapsed must be >= 0 and --budget-seconds > 0 (seconds of one device call).")
+    state, costs = state_of(args.root), costs_of(args.root)
+    if args.show:
+        print(show(plan_calls(state, costs, args.budget_seconds), costs))
+        return 0
+    item = next_item(state, costs, args.elapsed, args.budget_seconds, args.skip)
+    if item is not None:
+        print(json.dumps(item.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
