@@ -292,7 +292,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 
 def _cmd_push(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
+    from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder
     from hscl_zoo.training.release import EVAL_NAME, push_release
 
     if (args.run_or_dir / EVAL_NAME).is_file():
@@ -313,7 +313,8 @@ def _cmd_push(args: argparse.Namespace) -> int:
         return 0
     result = push_hub_folder(folder, args.repo_id, private=args.private or None)
     print(f"pushed: {result.commit_url}")
-    print("pin it in hscl_zoo/zoo/registry.py:", json.dumps(registry_pin(folder, result)))
+    print(f"load it with hscl_zoo.load('hf-hub:{result.repo_id}@{result.revision}'); a zoo name needs a release: "
+          "hscl-zoo release RUN_DIR --name NAME.TAG --register, then hscl-zoo push releases/NAME.TAG")
     return 0
 
 

@@ -153,10 +153,3 @@ def push_hub_folder(
                                commit_message=commit_message or f"Upload {repo_id} from hscl_zoo")
     return PushResult(repo_id=repo_id, revision=commit.oid, sha256=sha256_file(folder / WEIGHTS_NAME),
                       commit_url=commit.commit_url)
-
-
-def registry_pin(folder: str | os.PathLike[str], result: PushResult) -> dict[str, Any]:
-    """The entry to add to ``hscl_zoo/zoo/registry.py`` after a push: repo, commit, sha256, card metrics."""
-    evaluation = json.loads((Path(folder) / METRICS_NAME).read_text())["evaluation"]
-    return {"hub_repo": result.repo_id, "revision": result.revision, "sha256": result.sha256,
-            "metrics": {k: round(evaluation[k], 2) for k in CARD_METRICS if k in evaluation}}
