@@ -5,18 +5,17 @@
 
 The folder holds model.safetensors, config.json (architecture, preprocessing, training summary),
 a model card README.md rendered from hscl_zoo.zoo.cards, and metrics.json. Before anything is written
-the weights are loaded back strictly, so a broken run is refused. After a push, the line to pin
-the model in hscl_zoo/zoo/registry.py (repo, revision, sha256, metrics) is printed.
+the weights are loaded back strictly, so a broken run is refused. After a push, the way to load it
+is printed; a zoo name is published with a release instead (``hscl-zoo release``, then ``push``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder, registry_pin
+from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> Path:
         result = push_hub_folder(folder, args.repo_id, private=args.private,
                                  commit_message=f"Upload {args.name or args.repo_id} from hscl_zoo")
         print(f"pushed: {result.commit_url}")
-        print("pin it in hscl_zoo/zoo/registry.py:", json.dumps(registry_pin(folder, result)))
+        print(f"load it with hscl_zoo.load('hf-hub:{result.repo_id}@{result.revision}')")
     return folder
 
 

@@ -155,7 +155,7 @@ def push_to_hub(
     """Save the model (as ``save_pretrained``) with an optional README card and extra files, and
     upload the folder to a Hub model repo, creating it if needed.
 
-    Returns the commit and sha256 to pin in the registry's ``_PUBLISHED`` table.
+    Returns the commit and the weights' sha256 (``hf-hub:repo@commit`` loads exactly these files).
     """
     check_repo_id(repo_id, repo_id)
     with tempfile.TemporaryDirectory() as staging:
