@@ -36,9 +36,15 @@ def measured_step(optimizer_name: str, images: int, views: int, size: int) -> tu
     return before + peak, alive, before
 
 
+@pytest.mark.parametrize("threads", [1, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("optimizer_name, states", [("adam", 2), pytest.param("sgd", 1, marks=pytest.mark.slow)])
-def test_estimate_bounds_the_measured_peak_of_a_step(optimizer_name, states):
-    """What the step leaves (gradients, optimiser state) within the estimate's parameter part, and the peak within the total."""
+def test_estimate_bounds_the_measured_peak_of_a_step(optimizer_name, states, threads):
+    """What the step leaves (gradients, optimiser state) within the estimate's parameter part, and
+    the peak within the total. On one thread the estimate bounds the peak closely. CPU kernels on
+    more threads keep buffers of their own during backward, which the estimate leaves to the
+    warning margin as it leaves cuDNN's workspaces: they may add at most one float32 copy of the
+    parameters per extra thread."""
+    torch.set_num_threads(threads)
     images, views, size = 16, 2, 16
     peak, left, before = measured_step(optimizer_name, images, views, size)
     torch.manual_seed(0)
@@ -49,5 +55,8 @@ def test_estimate_bounds_the_measured_peak_of_a_step(optimizer_name, states):
     n_bytes = 4 * sum(p.numel() for p in model.parameters())
     assert estimate.parameters == n_bytes * (2 + states)
     assert left <= (estimate.parameters - n_bytes) * (1 + 1e-5)  # Adam adds a 4-byte step count per tensor
-    print(f"{optimizer_name}: measured peak {peak / 2**20:.1f} MiB, estimate {estimate.total / 2**20:.1f} MiB")
-    assert peak <= estimate.total <= 1.5 * peak, (peak, estimate)
+    print(f"{optimizer_name}, {threads} thread(s): measured peak {peak / 2**20:.1f} MiB, estimate "
+          f"{estimate.total / 2**20:.1f} MiB")
+    assert peak <= estimate.total + (threads - 1) * n_bytes, (peak, estimate)
+    if threads == 1:
+        assert estimate.total <= 1.5 * peak, (peak, estimate)

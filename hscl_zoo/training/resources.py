@@ -13,8 +13,8 @@ counted once), scaled to the images one
 pass holds, halved for bf16/fp16 autocast (convolution and normalisation outputs are saved in
 the half type); the parameters, their gradients and the optimiser's state in float32; and the
 loss's N x N float32 buffers (its peak is 2.6-3.0 of them in `benchmarks/train_throughput.py
---loss-memory`; counted as 4). The allocator's caching and cuDNN workspaces come on top, hence
-the warning margin.
+--loss-memory`; counted as 4). The allocator's caching, cuDNN workspaces and, on the CPU, the
+buffers multi-threaded kernels keep during backward come on top, hence the warning margin.
 """
 
 from __future__ import annotations
