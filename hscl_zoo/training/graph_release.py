@@ -38,11 +38,16 @@ PAPER_EPOCHS = 200
 WEIGHTS = ("config.json", "model.safetensors")
 
 
+def method_options(run: dict[str, Any]) -> dict[str, float]:
+    """The method's options a graph run was trained with, those left unset (None) dropped."""
+    return {key: value for key, value in run["hyperparameters"].items() if value is not None}
+
+
 def graph_train_command(run: dict[str, Any]) -> str:
     """The ``hscl-zoo train`` line that gives a graph run's eval.json (seed, budget and options)."""
     budget = run["budget"]
     parts = [f"hscl-zoo train --dataset {run['dataset']} --method {run['method']}"]
-    parts += [f"--{key} {value:g}" for key, value in run["hyperparameters"].items()]
+    parts += [f"--{key} {value:g}" for key, value in method_options(run).items()]
     parts += [f"--temperature {run['temperature']:g}", f"--seed {run['seed']}", f"--epochs {budget['epochs']}",
               f"--lr {budget['lr']:g}", f"--batch_size {budget['batch_size']}", f"--hidden {budget['hidden']}",
               f"--layers {budget['layers']}"]
@@ -51,7 +56,7 @@ def graph_train_command(run: dict[str, Any]) -> str:
 
 def _budget(run: dict[str, Any], spec_display: str, selection: str | None) -> str:
     budget = run["budget"]
-    options = ", ".join(f"{key} = {value:g}" for key, value in run["hyperparameters"].items())
+    options = ", ".join(f"{key} = {value:g}" for key, value in method_options(run).items())
     text = (f"all {run['graphs']:,} graphs of {spec_display} (the paper's protocol (a)), GIN {budget['layers']} x "
             f"{budget['hidden']}, {budget['epochs']} epochs of Adam (lr {budget['lr']:g}), batches of "
             f"{budget['batch_size']}, temperature {run['temperature']:g}, seed {run['seed']}")
@@ -113,7 +118,7 @@ def build_graph_release(
     budget = _budget(run, spec.display, selection)
     entry = registry.ZooEntry(name=name, method=run["method"], dataset=spec.name, backbone=registry.GRAPH_BACKBONE,
                               hub_repo=f"{registry.HUB_ORG}/{name}", paper_top1=None if paper is None else paper.paper_top1,
-                              tag=name.partition(".")[2] or None, budget=budget, hyperparameters=run["hyperparameters"])
+                              tag=name.partition(".")[2] or None, budget=budget, hyperparameters=method_options(run))
     graphs = load_graph_dataset(run["dataset"], data_dir)
     with tempfile.TemporaryDirectory(prefix=".release-") as staging:
         folder = Path(staging) / name
@@ -133,7 +138,7 @@ def build_graph_release(
                    "linear_cv_accuracy": round(100 * run["linear_head"]["cv_accuracy"], 2)}
         evaluation = {
             "name": name, "dataset": spec.name, "tu_name": spec.tu_name, "graphs": released["graphs"],
-            "method": run["method"], "hyperparameters": run["hyperparameters"], "seed": run["seed"],
+            "method": run["method"], "hyperparameters": method_options(run), "seed": run["seed"],
             "svm": released["svm"], "linear_head": run["linear_head"], "head_accuracy": released["head_accuracy"],
             "metrics": metrics, "budget": budget,
             "paper_accuracy": None if paper is None else paper.paper_top1, "paper_setting": PAPER_SETTING,
@@ -147,6 +152,6 @@ def build_graph_release(
             os.replace(path, target / path.name)
     pins = pin_folder(target)
     record = {"method": run["method"], "dataset": spec.name, "backbone": registry.GRAPH_BACKBONE,
-              "hyperparameters": run["hyperparameters"], "budget": evaluation["budget"], "revision": None,
+              "hyperparameters": method_options(run), "budget": evaluation["budget"], "revision": None,
               "files": {k: pin._asdict() for k, pin in pins.items()}, "metrics": metrics}
     return Release(target, evaluation, record)
