@@ -21,7 +21,9 @@ from hscl_zoo.training.pretrain import parse_args
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = Path(hscl_zoo.configs.__file__).parent
 CONFIG_FILES = sorted(CONFIG_DIR.glob("*.yaml"))
-ENTRIES = {name: hscl_zoo.info(name) for name in hscl_zoo.list_models() if hscl_zoo.info(name).tag is None}
+ENTRIES = {name: hscl_zoo.info(name) for name in hscl_zoo.list_models()
+           if hscl_zoo.info(name).tag is None and hscl_zoo.info(name).modality == "image"}
+"""The paper's image grid; graph entries have no recipe config (their command line says it all)."""
 """The paper's grid: every untagged entry (a tagged one is a release of its entry, with its config)."""
 
 # the paper's grids (Sec. "Numerical results")
