@@ -149,8 +149,8 @@ def test_offline_train_names_the_dataset_its_download_and_data_dir(tmp_path):
 
 
 def test_list_published_with_nothing_published_is_an_empty_answer(capsys):
-    assert hscl_zoo.list_models("ucl-*", published_only=True) == []
-    assert main(["list", "ucl-*", "--published"]) == 0
+    assert hscl_zoo.list_models("ucl-c*", published_only=True) == []  # UCL on CIFAR: names, no release
+    assert main(["list", "ucl-c*", "--published"]) == 0
     assert capsys.readouterr().out == ""
     assert main(["list", "nothing-like-this*"]) == 1, "a pattern that names nothing is still an error"
 
