@@ -91,4 +91,5 @@ def test_register_method_takes_a_spec():
 def test_zoo_table_1_is_the_method_tables():
     for name in hscl_zoo.list_models():
         entry = hscl_zoo.info(name)
-        assert (entry.paper_top1, entry.paper_top1_std) == METHODS[entry.method].paper_top1[entry.dataset]
+        if entry.modality == "image":
+            assert (entry.paper_top1, entry.paper_top1_std) == METHODS[entry.method].paper_top1[entry.dataset]
