@@ -33,6 +33,15 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tu_root(shared_data) -> Path:
+    """``shared/data/tudataset``: the five TU graph datasets in PyTorch Geometric's raw layout."""
+    root = shared_data / "tudataset"
+    if not root.is_dir():
+        pytest.skip(f"TU datasets not found at {root}")
+    return root
+
+
+@pytest.fixture(scope="session")
 def digits():
     """The embedded digits dataset (``hscl_zoo.data.load_splits('digits')``), loaded once."""
     from hscl_zoo.data import load_splits

@@ -25,14 +25,6 @@ PUBLISHED = {
 IMDB_LINES = {"IMDB-BINARY": (386_124, 193_062), "IMDB-MULTI": (395_612, 197_806)}
 
 
-@pytest.fixture(scope="module")
-def tu_root(shared_data) -> Path:
-    root = shared_data / "tudataset"
-    if not root.is_dir():
-        pytest.skip(f"TU datasets not found at {root}")
-    return root
-
-
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_each_dataset_has_its_published_statistics(tu_root, name):
     graphs, counts, avg_nodes, avg_edges = PUBLISHED[name]

@@ -21,14 +21,6 @@ from hscl_zoo.graphs.tu import read_tu
 
 
 @pytest.fixture(scope="module")
-def tu_root(shared_data) -> Path:
-    root = shared_data / "tudataset"
-    if not root.is_dir():
-        pytest.skip(f"TU datasets not found at {root}")
-    return root
-
-
-@pytest.fixture(scope="module")
 def mutag(tu_root):
     return read_tu(tu_root / "MUTAG")
 

@@ -33,14 +33,6 @@ NAME = "hscl-beta-mutag.test-3ep"
 
 
 @pytest.fixture(scope="module")
-def tu_root(shared_data) -> Path:
-    root = shared_data / "tudataset"
-    if not (root / "MUTAG" / "raw").is_dir():
-        pytest.skip(f"the TU graph datasets are not at {root}")
-    return root
-
-
-@pytest.fixture(scope="module")
 def short_run(tu_root, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("graph-run") / "run"
     assert main(["train", "--dataset", "tu:MUTAG", "--method", "hscl-beta", "--beta", "2", "--epochs", "3",

@@ -185,11 +185,15 @@ class ZooEntry:
 
     @property
     def num_classes(self) -> int:
-        return (GRAPH_DATASETS if self.modality == "graph" else DATASETS)[self.dataset].num_classes
+        return self._dataset_spec.num_classes
 
     @property
     def dataset_display(self) -> str:
-        return (GRAPH_DATASETS if self.modality == "graph" else DATASETS)[self.dataset].display
+        return self._dataset_spec.display
+
+    @property
+    def _dataset_spec(self) -> Any:
+        return (GRAPH_DATASETS if self.modality == "graph" else DATASETS)[self.dataset]
 
     @property
     def train_command(self) -> str:
