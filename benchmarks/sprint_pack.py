@@ -29,6 +29,9 @@ MAX_FILE_BYTES = 16 * 2**20
 MAX_TOTAL_BYTES = 64 * 2**20
 PART_BYTES = 15 * 2**20
 RESULTS = "results.tgz"
+NOT_RETURNABLE = re.compile(r"[^A-Za-z0-9._-]")
+"""A character no returned file's name may hold: a device call brings back only names of letters,
+digits, '.', '_' and '-'; a file named otherwise stays on the machine and is lost with it."""
 
 
 def sha256(path: Path) -> str:
@@ -84,8 +87,8 @@ def _weights_tar(view: Path, folder: str) -> bytes:
 def pack(view: Path, out: Path, small: list[str], weights: list[str]) -> list[str]:
     """Rewrite `out` from `view`: ``results.tgz`` holding the files `small` (paths relative to
     `view`) and, in the order given, each folder of `weights` as tar parts named
-    ``<folder with / as ~>.tar.partNN``. A weights folder whose parts would pass the call's
-    limits is left out. Returns the folders left out."""
+    ``<folder, each NOT_RETURNABLE character as _>.tar.partNN``. A weights folder whose parts would
+    pass the call's limits is left out. Returns the folders left out."""
     out.mkdir(parents=True, exist_ok=True)
     for old in [out / RESULTS, *out.glob("*.tar.part*")]:  # this module's files only: other steps' stay
         old.unlink(missing_ok=True)
@@ -104,7 +107,7 @@ def pack(view: Path, out: Path, small: list[str], weights: list[str]) -> list[st
         if len(files) + len(parts) > MAX_FILES or total + len(data) > MAX_TOTAL_BYTES:
             left_out.append(folder)
             continue
-        stem = folder.strip("/").replace("/", "~")
+        stem = NOT_RETURNABLE.sub("_", folder.strip("/"))
         for number, part in enumerate(parts):
             files[f"{stem}.tar.part{number:02d}"] = part
         total += len(data)

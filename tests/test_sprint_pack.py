@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -38,8 +39,10 @@ def test_results_and_weights_come_back_byte_for_byte_in_parts_under_the_limit(tm
     small = ["results/gpu-cifar10/runs/ucl-s0.json"]
     assert pack.pack(view, out, small, ["releases/ucl-cifar10.gpu-30ep"]) == []
     sizes = {p.name: p.stat().st_size for p in out.iterdir()}
-    assert sorted(sizes) == ["check.tgz", "releases~ucl-cifar10.gpu-30ep.tar.part00",
-                             "releases~ucl-cifar10.gpu-30ep.tar.part01", "results.tgz"]
+    assert sorted(sizes) == ["check.tgz", "releases_ucl-cifar10.gpu-30ep.tar.part00",
+                             "releases_ucl-cifar10.gpu-30ep.tar.part01", "results.tgz"]
+    # the device tool brings back only names of letters, digits, '.', '_' and '-' (its README)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in sizes), sorted(sizes)
     assert max(sizes.values()) <= pack.PART_BYTES < pack.MAX_FILE_BYTES
     written = pack.unpack(out, root)
     assert sorted(written) == sorted(small + ["releases/ucl-cifar10.gpu-30ep/eval.json",
@@ -59,7 +62,7 @@ def test_weights_that_would_pass_the_calls_limits_are_left_out_not_cut(tmp_path,
     files = list((tmp_path / "out").iterdir())
     assert left_out == list(folders)[kept:]
     assert len(files) <= pack.MAX_FILES and sum(f.stat().st_size for f in files) <= pack.MAX_TOTAL_BYTES
-    assert {f.name.split(".tar.part")[0] for f in files} == {"results.tgz", *(f"releases~m{i}" for i in range(kept))}
+    assert {f.name.split(".tar.part")[0] for f in files} == {"results.tgz", *(f"releases_m{i}" for i in range(kept))}
 
 
 def test_unpack_writes_nothing_outside_the_repository(tmp_path):
