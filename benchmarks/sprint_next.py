@@ -32,6 +32,7 @@ from typing import Any
 
 import sprint_pack  # benchmarks/, the script's own folder
 import sprint_plan
+from hscl_zoo.reproduction.budgets import BUDGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDED = (f"{sprint_plan.RUNS_DIR}/*.json", "benchmarks/results/*sprint*.json", *sprint_plan.CHECKS.values())
@@ -116,8 +117,10 @@ class Sprint:
         self.land_weights(run, work / "runs" / run)
         name = sprint_plan.release_name(run)
         folder = f"releases/{name}"
+        # the budget's own description names the run's data (a JPEG re-encoding) on the card and in the registry
         if self.part(f"release-{run}", [sys.executable, "-m", "hscl_zoo.cli", "release", str(work / "runs" / run),
                                         "--name", name, "--dtype", "bf16", "--out", str(self.view / folder),
+                                        "--budget", BUDGETS[self.args.budget].description,
                                         "--device", self.args.device], [folder], small=False):
             with self.lock:  # the release holds the same bf16 weights, re-evaluated: it replaces them
                 self.weights = [w for w in self.weights if w != f"runs/gpu-weights/{run}"] + [folder]

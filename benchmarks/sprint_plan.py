@@ -16,7 +16,8 @@ Everything here is a pure function of a `State` (what exists) and `Costs` (how l
 read from the committed sprint logs), so the plan is unit-tested without a GPU; `state_of` and
 `costs_of` read them from a checkout.
 
-    python benchmarks/sprint_plan.py --show                  # the plan for the next call
+    python benchmarks/sprint_plan.py --show                  # the plan for the next calls
+    python benchmarks/sprint_plan.py --show --quote docs/gpu.md   # and its quote on the GPU page
     python benchmarks/sprint_plan.py --elapsed 300 --skip step-parity   # the next item, one line
 """
 
@@ -27,6 +28,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hscl_zoo.reproduction.report import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = "gpu-cifar10"
@@ -44,6 +47,8 @@ SEED0_FIRST = ("ucl", "hucl", "hscl-tau", "scl", "hscl-beta")
 """Seed 0's order: the three methods the first GPU session did not reach, then (should their files
 ever be missing) the two it did."""
 LATER_SEEDS = (1, 2)
+PLAN_BLOCK = "gpu-plan"
+"""The marker name of the plan's quote on a page: ``<!-- results:gpu-plan -->``."""
 CHECKS = {"step-parity": "benchmarks/results/gpu_step_parity.json",
           "loss-memory": "benchmarks/results/gpu_loss_memory.json"}
 """Each check and the file that records it once it ran on a GPU (where its result lands)."""
@@ -202,13 +207,14 @@ def costs_of(root: Path = ROOT) -> Costs:
 
 
 def show(calls: list[list[Item]], costs: Costs) -> str:
-    """The plan of the next calls as Markdown lines."""
-    lines = [f"Estimates: a pair {costs.pair:.0f} s ({costs.sources['pair']}), a release {costs.release:.0f} s "
-             f"({costs.sources['release']}); each call {CALL_SECONDS} s."]
+    """The plan of the next calls as a Markdown table, with the estimates it rests on."""
+    lines = [f"Estimates: a pair {costs.pair:.0f} s (`{costs.sources['pair']}`), a release {costs.release:.0f} s "
+             f"(`{costs.sources['release']}`); each call holds {CALL_SECONDS} s of work.", "",
+             "| call | work |", "|---:|---|"]
     for number, items in enumerate(calls, 1):
-        lines.append(f"call {number}: " + "; ".join(
-            item.name + (f" (+ release {', '.join(item.releases)})" if item.releases else "") for item in items))
-    return "\n".join(lines)
+        lines.append(f"| {number} | " + "; ".join(
+            item.name + (f" (+ release {', '.join(item.releases)})" if item.releases else "") for item in items) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,12 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-seconds", type=float, default=CALL_SECONDS)
     p.add_argument("--skip", nargs="*", default=[], help="items tried this call (run or check names)")
     p.add_argument("--show", action="store_true", help="print the plan of every call until nothing is missing")
+    p.add_argument("--quote", type=Path, nargs="+", default=[],
+                   help="with --show: also rewrite these pages' <!-- results:gpu-plan --> block (docs/gpu.md)")
     args = p.parse_args(argv)
     if args.elapsed < 0 or args.budget_seconds <= 0:
         raise SystemExit("error: --elapsed must be >= 0 and --budget-seconds > 0 (seconds of one device call).")
     state, costs = state_of(args.root), costs_of(args.root)
     if args.show:
-        print(show(plan_calls(state, costs, args.budget_seconds), costs))
+        text = show(plan_calls(state, costs, args.budget_seconds), costs)
+        for page in args.quote:
+            page.write_text(replace_block(page.read_text(encoding="utf-8"), PLAN_BLOCK, text), encoding="utf-8")
+        print(text, end="")
         return 0
     item = next_item(state, costs, args.elapsed, args.budget_seconds, args.skip)
     if item is not None:

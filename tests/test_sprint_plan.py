@@ -91,3 +91,12 @@ def test_the_command_prints_the_next_item_as_one_json_line(capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["kind"] == "train" and len(printed["runs"]) == 2
     assert all(run not in plan.state_of(REPO).runs for run in printed["runs"])
+
+
+def test_the_gpu_page_quotes_the_plan_the_committed_files_give():
+    from hscl_zoo.reproduction.report import replace_block
+
+    page = (REPO / "docs" / "gpu.md").read_text()
+    text = plan.show(plan.plan_calls(plan.state_of(REPO), plan.costs_of(REPO)), plan.costs_of(REPO))
+    assert "| 1 | train " in text
+    assert replace_block(page, plan.PLAN_BLOCK, text) == page, "python benchmarks/sprint_plan.py --show --quote docs/gpu.md"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hscl_zoo.reproduction.budgets import BUDGETS
 from helpers import REPO, load_script
 
 plan = load_script("benchmarks", "sprint_plan")
@@ -53,6 +54,7 @@ def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_p
         assert record["method"] == run.rsplit("-s", 1)[0] and len(record["history"]) == 1
         evaluation = json.loads((landed / "releases" / release / "eval.json").read_text())
         assert evaluation["stored_dtype"] == "bfloat16" and evaluation["float32_run"]["top1"] == record["top1"]
+        assert evaluation["budget"] == BUDGETS["gpu-cifar10-rehearsal"].description  # its card says what data it read
         shards = list((landed / "releases" / release).glob("*.safetensors"))
         assert shards and all(s.stat().st_size < 16 * 2**20 for s in shards)
         assert not (landed / "runs" / "gpu-weights" / run).exists()  # the release replaced its weights in the pack
