@@ -67,13 +67,19 @@ def test_the_benchmark_runs_at_toy_size_and_writes_every_rerun(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     bench = load_script("benchmarks", "recipe_vs_loop")
     out = tmp_path / "bench.json"
-    result = bench.main(["--dataset", "digits", "--subset", "64", "--batch-size", "32", "--reruns", "2",
-                         "--repeats", "1", "--json", str(out)])
+    result = bench.main(["--dataset", "digits", "--subset", "64", "--batch-size", "16", "--reruns", "2",
+                         "--slice-steps", "3", "--repeats", "1", "--json", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert [r["rerun"] for r in result["runs"]] == [0, 1]
-    assert all(len(r["epoch_seconds"]["recipe"]) == len(r["epoch_seconds"]["bare"]) == 2 for r in result["runs"])
+    steps = result["setting"]["steps_per_epoch"]
+    assert steps == 4 and [r["rerun"] for r in result["runs"]] == [0, 1]
+    for row in result["runs"]:
+        for side in ("recipe", "bare"):
+            assert sum(n for _, n in row["slices"][side]) == steps and max(n for _, n in row["slices"][side]) <= 3
+        assert [n for _, n in row["slices"]["recipe"]] == [n for _, n in row["slices"]["bare"]]
     assert result["median"]["ratio"] == pytest.approx(statistics.median(r["ratio"] for r in result["runs"]), abs=1e-4)
-    assert result["setting"]["diagnostics_every"] == 10 and result["breakdown"]["per_step"]["diagnostics_update_s"] > 0
+    assert result["setting"]["diagnostics_every"] == 10
+    assert result["breakdown"]["per_step"]["diagnostics_update_s"] > 0
+    assert result["breakdown"]["profile_of_one_recipe_epoch"]["cumulative_seconds"]["DiagnosticsMeter.update"] > 0
 
 
 def quoted_result() -> str:
