@@ -38,7 +38,7 @@ from accelerate.utils import InitProcessGroupKwargs, set_seed
 from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.training.checkpointing import CheckpointError
 from hscl_zoo.training.epochs import train_epoch, train_epochs
-from hscl_zoo.training.finish import export_run
+from hscl_zoo.training.finish import export_run, image_caches
 from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.monitoring import KnnMonitor
 from hscl_zoo.training.preemption import StopOnSignal, exit_status
@@ -157,7 +157,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         result: dict[str, Any] = {}
         if accelerator.is_main_process:
             result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
-                                config_path=args.config)
+                                config_path=args.config, images=image_caches(data, train_set, monitor))
         accelerator.wait_for_everyone()
         accelerator.end_training()
         return result
