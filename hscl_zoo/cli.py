@@ -291,6 +291,15 @@ def _cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_register(args: argparse.Namespace) -> int:
+    from hscl_zoo.training.release import register_release, release_entry
+
+    entries = {folder.name: release_entry(folder) for folder in args.folders}  # every folder checked before a write
+    for name, entry in entries.items():
+        print(f"registered {name} in {register_release(name, entry)}")
+    return 0
+
+
 def _cmd_push(args: argparse.Namespace) -> int:
     from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder
     from hscl_zoo.training.release import EVAL_NAME, push_release
@@ -399,6 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--selection", help="graphs: how the method's options were chosen, one phrase for the card")
     cmd.add_argument("--register", action="store_true", help="add the record to hscl_zoo/zoo/released.json "
                      "(the checkout's), publishing the release")
+
+    cmd = _command(commands, "register", _cmd_register, "Add image release folders built elsewhere (a GPU sprint's, "
+                   "unpacked) to hscl_zoo/zoo/released.json as they stand, every file pinned by its sha256.")
+    cmd.add_argument("folders", type=Path, nargs="+", metavar="FOLDER", help="releases/NAME, built by hscl-zoo release")
 
     cmd = _command(commands, "push", _cmd_push, "Upload a release folder as it is, or check, rebuild and upload a "
                    "finished run's Hub folder.")

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +55,7 @@ def evaluate_encoder(
     batch_size: int = 256,
     num_workers: int = 0,
     progress: bool = True,
+    images: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """The ``metrics`` (see :data:`METRICS`) of a zoo encoder on a dataset's train/test splits
     (unlabelled training images left out; the result says how many were used and left out).
@@ -60,6 +63,9 @@ def evaluate_encoder(
     Features come from ``encoder.encode`` with the encoder's own eval preprocessing
     (``encoder.transform``, else :func:`hscl_zoo.data.transforms.eval_transform` of
     ``encoder.pretrained_cfg``), extracted once per split and shared by every metric.
+    ``images`` maps ``"train"`` (the labelled training rows) and/or ``"test"`` to those rows
+    already decoded into uint8 tensors (a training run's image caches): such a split is encoded
+    from its tensor on the device, not decoded image by image again.
 
     Returns:
         A dict with ``dataset``, ``test_split``, ``train_images`` (labelled training images the
@@ -69,17 +75,24 @@ def evaluate_encoder(
         ``knn_k``, ``knn_temperature`` (settings under ``protocol["knn"]``); retrieval:
         ``retrieval`` (test queries against the training gallery, see
         :func:`hscl_zoo.retrieval.retrieval_metrics`); audit: ``audit`` (see
-        :func:`hscl_zoo.audit.audit`). All but ``head`` is JSON-serialisable.
+        :func:`hscl_zoo.audit.audit`). Also ``features_from`` (per split: ``"image cache"`` or
+        ``"decoded images"``) and ``seconds`` (wall time of the features and of each metric).
+        All but ``head`` is JSON-serialisable.
     """
     metrics = check_metrics(metrics)
     unlabelled = data.unlabelled
     data = data.labelled()
+    images = dict(images or {})
+    if unknown := sorted(set(images) - {"train", "test"}):
+        raise ValueError(f"images has splits {unknown}; name them 'train' and 'test'.")
     transform = getattr(encoder, "transform", None)
     if transform is None:
         transform = eval_transform(encoder.pretrained_cfg)
-    options = {"batch_size": batch_size, "device": device, "num_workers": num_workers}
-    train_f, train_y = extract_features(encoder.encode, data.train, transform, progress=progress, **options)
-    test_f, test_y = extract_features(encoder.encode, data.test, transform, progress=progress, **options)
+    options = {"batch_size": batch_size, "device": device, "num_workers": num_workers, "progress": progress}
+    clock = _Clock()
+    with clock("features"):
+        train_f, train_y = extract_features(encoder.encode, data.train, transform, images=images.get("train"), **options)
+        test_f, test_y = extract_features(encoder.encode, data.test, transform, images=images.get("test"), **options)
     result: dict[str, Any] = {
         "dataset": data.spec.name,
         "test_split": data.spec.test_split,
@@ -87,25 +100,46 @@ def evaluate_encoder(
         "unlabelled_train_images": unlabelled,
         "metrics": list(metrics),
         "protocol": {},
+        "features_from": {split: "image cache" if split in images else "decoded images" for split in ("train", "test")},
     }
     if "linear" in metrics:
-        probe = linear_probe(train_f, train_y, test_f, test_y, num_classes=len(data.class_names), epochs=epochs,
-                             seed=seed, device=device, progress=progress)
+        with clock("linear"):
+            probe = linear_probe(train_f, train_y, test_f, test_y, num_classes=len(data.class_names), epochs=epochs,
+                                 seed=seed, device=device, progress=progress)
         result.update(top1=probe.top1, top5=probe.top5, train_top1=probe.train_top1, head=probe.head)
         result["protocol"].update(probe.protocol)
     if "knn" in metrics:
-        knn = knn_top1(train_f, train_y, test_f, test_y, k=knn_k, temperature=knn_temperature, device=device)
+        with clock("knn"):
+            knn = knn_top1(train_f, train_y, test_f, test_y, k=knn_k, temperature=knn_temperature, device=device)
         result.update(knn_top1=knn, knn_k=knn_k, knn_temperature=knn_temperature)
         result["protocol"]["knn"] = {"k": knn_k, "temperature": knn_temperature,
                                      "weighting": "exp(cosine / temperature)"}
     if "retrieval" in metrics:
-        result["retrieval"] = retrieval_metrics(test_f, test_y, train_f, train_y, device=device)
+        with clock("retrieval"):
+            result["retrieval"] = retrieval_metrics(test_f, test_y, train_f, train_y, device=device)
         result["protocol"]["retrieval"] = {"queries": data.spec.test_split, "gallery": "train",
                                            "similarity": "cosine", "ties": "earlier gallery row first"}
     if "audit" in metrics:
-        result["audit"] = audit(encoder, data, head=probe.head, features=(test_f, test_y), batch_size=batch_size,
-                                seed=seed, device=device, num_workers=num_workers, progress=progress)
+        with clock("audit"):
+            result["audit"] = audit(encoder, data, head=probe.head, features=(test_f, test_y), batch_size=batch_size,
+                                    seed=seed, device=device, num_workers=num_workers, progress=progress)
+    result["seconds"] = clock.seconds
     return result
+
+
+class _Clock:
+    """Wall seconds of named parts (``with clock("features"): ...``), kept in ``seconds``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - started, 3)
 
 
 def preprocessing(pretrained_cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,18 @@
 """Frozen features: every image of a table encoded once, in order, with the deterministic
 evaluation transform. The probes (:mod:`hscl_zoo.probes`), the audit, retrieval, the embedding
 command and the training loop's kNN monitor all read features made here.
+
+Rows are decoded image by image (PIL, on the CPU), unless a training run already holds them
+decoded in a uint8 tensor (its image cache): then :func:`encode_uint8` moves batches of that
+tensor to the device and applies the encoder's own transform there, and no row is decoded again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from contextlib import nullcontext
 
 import datasets
 import torch
@@ -15,7 +21,7 @@ from tqdm.auto import tqdm
 
 from hscl_zoo.data.datasets import require_internal_columns
 
-__all__ = ["extract_features"]
+__all__ = ["encode_uint8", "extract_features"]
 
 
 class _TransformedImages(torch.utils.data.Dataset):
@@ -42,6 +48,7 @@ def extract_features(
     device: str | torch.device | None = None,
     num_workers: int = 0,
     progress: bool = True,
+    images: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Encode every row of ``dataset`` once, in order, with a frozen encoder.
 
@@ -56,6 +63,9 @@ def extract_features(
             else CPU.
         num_workers: DataLoader workers decoding and transforming images.
         progress: show a tqdm bar.
+        images: the rows already decoded, a uint8 (N, 3, H, W) tensor in ``dataset``'s order (a
+            training run's image cache): no row is decoded, and ``transform`` must take uint8
+            batches, as an encoder's own ``transform`` does (see :func:`encode_uint8`).
 
     Returns:
         ``(features, labels)``: float32 (N, D) and int64 (N,), both on CPU, in dataset order.
@@ -65,6 +75,13 @@ def extract_features(
         raise ValueError("extract_features got an empty dataset")
     module = _owning_module(encode_fn)
     target = torch.device(device) if device is not None else _module_device(module)
+    if images is not None:
+        if images.dtype != torch.uint8 or images.ndim != 4 or len(images) != len(dataset):
+            raise ValueError(f"images must be the dataset's {len(dataset)} rows as a uint8 (N, 3, H, W) tensor, got "
+                             f"{images.dtype} {tuple(images.shape)}; pass the cache of these very rows, or None.")
+        labels = torch.as_tensor(dataset.select_columns(["label"])["label"], dtype=torch.int64)
+        return encode_uint8(encode_fn, transform, images, batch_size=batch_size, device=target,
+                            progress=progress), labels
     loader = torch.utils.data.DataLoader(
         _TransformedImages(dataset, transform),
         batch_size=batch_size,
@@ -94,6 +111,41 @@ def extract_features(
         if module is not None:
             module.train(was_training)
     return torch.cat(feats), torch.cat(labels)
+
+
+def encode_uint8(
+    encode_fn: Callable[[Tensor], Tensor],
+    transform: Callable[[Tensor], Tensor],
+    images: Tensor,
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    progress: bool = False,
+) -> Tensor:
+    """Features (float32, on the CPU, in order) of a uint8 image tensor (N, 3, H, W), a batch at a
+    time: each batch travels to ``device`` as uint8 (a quarter of float32's bytes) and
+    ``transform`` (an encoder's own: it takes uint8 batches) scales and normalises it there.
+
+    Where the images are at the model's input size the transform only scales and normalises, the
+    arithmetic of the PIL path; a resize runs torch's antialiased kernel, which differs slightly
+    from PIL's. ``autocast_dtype`` (bf16 for the kNN monitor on CUDA) runs the encoder under
+    autocast; None keeps float32. The owning module is in eval mode for the pass."""
+    module = _owning_module(encode_fn)
+    target = torch.device(device) if device is not None else _module_device(module)
+    autocast = torch.autocast(target.type, dtype=autocast_dtype) if autocast_dtype is not None else nullcontext()
+    was_training = module.training if module is not None else False
+    if module is not None:
+        module.eval()
+    parts: list[Tensor] = []
+    try:
+        with torch.inference_mode(), autocast:
+            for chunk in tqdm(images.split(batch_size), desc="features", disable=not progress, leave=False):
+                parts.append(encode_fn(transform(chunk.to(target, non_blocking=True))).float().cpu())
+    finally:
+        if module is not None:
+            module.train(was_training)
+    return torch.cat(parts)
 
 
 def _owning_module(encode_fn: Callable[[Tensor], Tensor]) -> nn.Module | None:

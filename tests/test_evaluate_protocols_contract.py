@@ -141,8 +141,10 @@ def test_every_metric_is_its_function_on_the_same_labelled_features(half_labelle
     assert encoder.batches == [16] * (sizes[0] // 16) + [sizes[0] % 16] + [16] * (sizes[1] // 16) + [sizes[1] % 16]
     assert set(result) == {"dataset", "test_split", "train_images", "unlabelled_train_images", "metrics", "protocol",
                            "top1", "top5", "train_top1", "head", "knn_top1", "knn_k", "knn_temperature",
-                           "retrieval", "audit"}
+                           "retrieval", "audit", "features_from", "seconds"}
     assert (result["dataset"], result["test_split"], result["metrics"]) == ("digits", "test", list(METRICS))
+    assert result["features_from"] == {"train": "decoded images", "test": "decoded images"}
+    assert set(result["seconds"]) == {"features", *METRICS} and all(s >= 0 for s in result["seconds"].values())
     assert (result["train_images"], result["unlabelled_train_images"]) == (50, 50)
 
     train_f, train_y, test_f, test_y = _features(encoder, labelled, batch_size=16)

@@ -350,3 +350,33 @@ def test_knn_does_not_overflow_at_a_small_temperature():
         assert knn_top1(train, labels, test, torch.tensor([1]), k=6, temperature=temperature) == 100.0
     # below T = 0.01 / ln 5 the single nearer neighbour outweighs the five: e^0 > 5 e^-2 at T = 0.005
     assert knn_top1(train, labels, test, torch.tensor([0]), k=6, temperature=0.005) == 100.0
+
+
+def test_features_from_a_runs_uint8_cache_equal_those_of_the_decoded_images(transform):
+    """A run's image cache (RawImageDataset, cache=True) encoded batch by batch through the same
+    transform gives the decoded path's features to float32 rounding (scaling and normalising a
+    batch tensor is the per-image arithmetic in another call), with the table's labels."""
+    from hscl_zoo.data.raw_images import RawImageDataset
+
+    data = table(7)
+    model = Encoder()
+    expected = direct(model, data, transform)
+    cache = RawImageDataset(data, cache=True).images
+    for batch_size, sizes in ((3, [3, 3, 1]), (256, [7])):
+        model.train()
+        model.batches.clear()
+        feats, labels = extract_features(model, data, transform, batch_size=batch_size, progress=False, images=cache)
+        assert [size for size, _ in model.batches] == sizes
+        torch.testing.assert_close(feats, expected)
+        assert feats.dtype == torch.float32 and labels.tolist() == [1, 2, 0, 1, 2, 0, 1]
+        assert model.training
+
+
+@pytest.mark.parametrize("images, shown", [
+    (torch.zeros(6, 3, 4, 4, dtype=torch.uint8), "torch.uint8 (6, 3, 4, 4)"),
+    (torch.zeros(7, 3, 4, 4), "torch.float32 (7, 3, 4, 4)"),
+])
+def test_a_cache_that_is_not_the_tables_rows_is_refused_with_its_shape(transform, images, shown):
+    with pytest.raises(ValueError, match=re.escape(f"images must be the dataset's 7 rows as a uint8 (N, 3, H, W) "
+                                                   f"tensor, got {shown}")):
+        extract_features(Encoder(), table(7), transform, progress=False, images=images)

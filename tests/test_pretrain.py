@@ -263,6 +263,12 @@ def test_fast_path_options_train_like_the_plain_path(recipe, tmp_path):
         assert losses[name] == pytest.approx(recompute_first_step(tmp_path / name)[0], rel=1e-5), name
     assert json.loads((tmp_path / "fast" / "config.json").read_text())["gpu_augment"] is True
     assert losses["fast"] != pytest.approx(losses["plain"], rel=1e-4), "the fast run must have used its own views"
+    # the final evaluation encodes the images a run holds decoded instead of decoding them again: the
+    # kNN monitor's test images in both runs, the training cache in the fast run only
+    for name, train in (("plain", "decoded images"), ("fast", "image cache")):
+        evaluation = json.loads((tmp_path / name / "linear_eval.json").read_text())
+        assert evaluation["features_from"] == {"train": train, "test": "image cache"}, name
+        assert set(evaluation["seconds"]) == {"features", "linear", "knn", "retrieval", "audit"}
 
 
 def test_knn_monitor_bank_covers_every_class_of_a_class_sorted_split(shared_data):

@@ -23,7 +23,7 @@ from hscl_zoo.zoo.registry import ZooEntry
 from hscl_zoo.training.release import ReleaseRefused, build_release, registry_entry_text
 from hscl_zoo.zoo.releases import RELEASES_ENV, ReleaseFallbackWarning, pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
-from helpers import make_hub_cache
+from helpers import REPO as CHECKOUT, make_hub_cache
 
 NAME = "scl-cifar10.test-mirror"
 REPO = f"hscl-zoo/{NAME}"
@@ -248,3 +248,22 @@ def test_push_offline_is_one_line(saved, tmp_path, capsys) -> None:
     assert cli_main(["push", str(folder)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"could not upload {folder} to {REPO}" in err and "hf auth login" in err
+
+
+def test_a_release_folder_built_elsewhere_registers_as_build_release_registered_it(tmp_path) -> None:
+    """`hscl-zoo register` (a GPU sprint's folder, unpacked): the record computed from the folder
+    alone equals the one `build_release` wrote into released.json when it built the committed
+    CPU release; a graph release or a renamed folder is refused before anything is written."""
+    from hscl_zoo.training.release import register_release, release_entry
+
+    name = "hscl-beta-cifar10.cpu-1500"
+    committed = json.loads(Path(registry.RELEASED_FILE).read_text())[name]
+    assert release_entry(CHECKOUT / "releases" / name) == committed
+    released = register_release(name, release_entry(CHECKOUT / "releases" / name), tmp_path / "released.json")
+    assert json.loads(released.read_text()) == {name: committed}
+
+    renamed = tmp_path / "renamed"
+    shutil.copytree(CHECKOUT / "releases" / name, renamed)
+    for folder in (renamed, CHECKOUT / "releases" / "hscl-beta-mutag"):
+        with pytest.raises(ValueError, match="not an image release named after its folder"):
+            release_entry(folder)

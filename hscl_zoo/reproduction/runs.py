@@ -62,6 +62,8 @@ def run_or_reuse(runs: Path, name: str, settings: Callable[[], dict[str, Any]], 
         "commit": code_commit(),
         "config": json.loads((run_dir / "config.json").read_text()),
         "probe_protocol": evaluation["protocol"],
+        "evaluation_seconds": evaluation.get("seconds"),
+        "features_from": evaluation.get("features_from"),
     }
     record_path.write_text(json.dumps(record, indent=2) + "\n")
     return record

@@ -9,16 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import Dataset
 
 from hscl_zoo.data.datasets import LoadedData
 from hscl_zoo.evaluation import evaluate_encoder
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.protocol import METRICS
 from hscl_zoo.training.config import PretrainConfig
-from hscl_zoo.training.monitoring import read_metrics
+from hscl_zoo.training.monitoring import KnnMonitor, read_metrics
 from hscl_zoo.training.publishing import training_summary, write_hub_folder
 
-__all__ = ["export_run"]
+__all__ = ["export_run", "image_caches"]
 
 
 def export_run(
@@ -30,9 +31,12 @@ def export_run(
     *,
     num_processes: int,
     config_path: str | None,
+    images: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Probe the trained encoder, fit its linear head, write linear_eval.json and the Hub folder
-    (unlabelled data: no probe, an empty evaluation and an untrained one-output head). The result
+    (unlabelled data: no probe, an empty evaluation and an untrained one-output head). ``images``:
+    the run's uint8 caches of the labelled training rows and the test split, encoded from there
+    rather than decoded again (see :func:`hscl_zoo.evaluation.evaluate_encoder`). The result
     adds ``views_per_second_after_epoch1``: the median training throughput of epochs 2 on (epoch 1
     holds compilation, cuDNN's search and the allocator's warm-up; None with one epoch)."""
     evaluation: dict[str, Any] = {}
@@ -40,7 +44,7 @@ def export_run(
     encoder.training_summary = training  # the audit reads the run's temperature and hardening from it
     if data.class_names:
         evaluation = evaluate_encoder(encoder, data, metrics=METRICS, epochs=cfg.probe_epochs, knn_k=cfg.knn_k,
-                                      seed=cfg.seed, device=device)
+                                      seed=cfg.seed, device=device, images=images)
         encoder.classifier.load_state_dict(evaluation.pop("head"))
         (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
     history = read_metrics(run_dir / "metrics.jsonl")
@@ -59,3 +63,15 @@ def export_run(
         flush=True,
     )
     return {**evaluation, "hub_dir": str(hub_dir), "views_per_second_after_epoch1": throughput}
+
+
+def image_caches(data: LoadedData, train_set: Dataset, monitor: KnnMonitor | None) -> dict[str, torch.Tensor]:
+    """The run's uint8 images that the final evaluation can encode instead of decoding them again:
+    the training cache when every training row is labelled (the probe's rows are then its rows),
+    and the kNN monitor's test images when they are the whole test split."""
+    images = {}
+    if getattr(train_set, "images", None) is not None and not data.unlabelled:
+        images["train"] = train_set.images
+    if monitor is not None and monitor.images is not None and len(monitor.splits[1]) == len(data.test):
+        images["test"] = monitor.images[1]
+    return images

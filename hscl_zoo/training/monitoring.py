@@ -4,7 +4,6 @@ metrics file kept consistent with the checkpoints."""
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from pathlib import Path
 
 import datasets
@@ -13,7 +12,7 @@ from accelerate import Accelerator
 
 from hscl_zoo.data.datasets import LoadedData, balanced_subset
 from hscl_zoo.data.raw_images import RawImageDataset
-from hscl_zoo.features import extract_features
+from hscl_zoo.features import encode_uint8, extract_features
 from hscl_zoo.losses.diagnostics import DiagnosticsMeter
 from hscl_zoo.losses.hardening import ExponentialTilt
 from hscl_zoo.losses.objective import ContrastiveLoss
@@ -88,11 +87,8 @@ class KnnMonitor:
         if self.images is None:
             return extract_features(encoder.encode, self.splits[index], encoder.transform, device=self.device,
                                     progress=False)[0]
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
-        with torch.inference_mode(), autocast:
-            parts = [encoder.encode(encoder.transform(chunk)).float()
-                     for chunk in self.images[index].split(self.batch_size)]
-        return torch.cat(parts).cpu()
+        return encode_uint8(encoder.encode, encoder.transform, self.images[index], batch_size=self.batch_size,
+                            device=self.device, autocast_dtype=torch.bfloat16 if self.device.type == "cuda" else None)
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -34,7 +34,7 @@ import torch
 
 from hscl_zoo.training.checkpointing import CheckpointError
 from hscl_zoo.training.epochs import train_epoch, train_epochs
-from hscl_zoo.training.finish import export_run
+from hscl_zoo.training.finish import export_run, image_caches
 from hscl_zoo.training.monitoring import KnnMonitor
 from hscl_zoo.training.preemption import StopOnSignal, exit_status
 from hscl_zoo.training.run_folder import RunFolderError
@@ -133,7 +133,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         result: dict[str, Any] = {}
         if accelerator.is_main_process:
             result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
-                                config_path=args.config)
+                                config_path=args.config, images=image_caches(data, train_set, monitor))
         accelerator.wait_for_everyone()
         accelerator.end_training()
         return result

@@ -33,7 +33,8 @@ from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.shards import dtype_name
 
 __all__ = ["MAX_TOP1_DROP", "EVAL_NAME", "ReleaseRefused", "Release", "check_release_name", "released_scores",
-           "build_release", "registry_entry_text", "register_release", "push_release", "git_commit", "hardware"]
+           "build_release", "release_entry", "registry_entry_text", "register_release", "push_release", "git_commit",
+           "hardware"]
 
 MAX_TOP1_DROP = 0.2
 """Points of linear top-1 the cast weights may differ by from the run's own float32 result, either
@@ -226,13 +227,29 @@ def build_release(
         target.mkdir(parents=True, exist_ok=True)
         for path in sorted(folder.iterdir()):
             os.replace(path, target / path.name)
-    pins = pin_folder(target)
-    entry_dict = {"method": entry.method, "dataset": entry.dataset, "backbone": config["architecture"],
-                  "budget": evaluation["budget"], "revision": None,
-                  "files": {k: pin._asdict() for k, pin in pins.items()},
-                  "metrics": {"top1": round(scores["linear_top1"], 2), "top5": round(scores["linear_top5"], 2),
-                              "knn_top1": round(scores["knn_top1"], 2)}}
-    return Release(target, evaluation, entry_dict)
+    return Release(target, evaluation, release_entry(target))
+
+
+def release_entry(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The registry record of an image release folder as it stands (its eval.json, config.json
+    and every file's sha256): what ``--register`` adds to ``released.json``, also for a folder
+    built on another machine (a GPU sprint's) and brought back byte for byte."""
+    folder = Path(folder)
+    if not (folder / EVAL_NAME).is_file() or not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a release folder (it lacks {EVAL_NAME} or config.json); build one "
+                                "with hscl-zoo release RUN_DIR --name NAME.")
+    evaluation = json.loads((folder / EVAL_NAME).read_text())
+    if evaluation.get("name") != folder.name or "linear_top1" not in evaluation:
+        raise ValueError(f"{folder} holds the release {evaluation.get('name')!r}, not an image release named after "
+                         "its folder; keep the folder's name, and register a graph release with hscl-zoo release "
+                         "RUN_DIR --register.")
+    config = json.loads((folder / "config.json").read_text())
+    entry = registry.info(check_release_name(evaluation["name"])[0])
+    pins = pin_folder(folder)
+    return {"method": entry.method, "dataset": entry.dataset, "backbone": config["architecture"],
+            "budget": evaluation["budget"], "revision": None, "files": {k: pin._asdict() for k, pin in pins.items()},
+            "metrics": {"top1": round(evaluation["linear_top1"], 2), "top5": round(evaluation["linear_top5"], 2),
+                        "knn_top1": round(evaluation["knn_top1"], 2)}}
 
 
 def registry_entry_text(name: str, entry: dict[str, Any]) -> str:
