@@ -32,7 +32,7 @@ checkpoint), which a bare loop does not do at all; it is timed on its own as
 extras per step timed alone and a cProfile of one whole recipe epoch.
 
     python benchmarks/recipe_vs_loop.py --reruns 7               # writes benchmarks/results/recipe_vs_loop_cpu.json
-    python benchmarks/recipe_vs_loop.py --reruns 7 --diagnostics-every 1 --json benchmarks/results/recipe_vs_loop_cpu_every_step.json
+    python benchmarks/recipe_vs_loop.py --reruns 7 --diagnostics-every 1 --json /tmp/every_step.json
     python benchmarks/recipe_vs_loop.py --dataset digits --subset 64 --batch-size 32 --reruns 1 --no-breakdown --json /tmp/x.json
 """
 

@@ -34,10 +34,11 @@ MAX_IMAGE_SIZE = 2048
 MAX_VIEWS = 64
 DIAGNOSTICS_EVERY = {"cpu": 10, "cuda": 25}
 """Steps between two diagnostics updates when `diagnostics_every` is unset. An update makes a few
-passes over the step's (B*V)^2 pairs: on the CPU, at batch 256 with a ResNet-18, it took about 5 %
-of a step when every step had one (benchmarks/results/recipe_vs_loop_cpu.json), so the default
-there samples every 10th batch (the first of each epoch included), as CUDA samples every 25th.
-Each epoch's record names the cadence its diagnostics were sampled at."""
+passes over the step's (B*V)^2 pairs, a cost that grows with the batch while a step's may shrink
+(a faster CPU, a smaller backbone): sampled every 10th batch on the CPU (the first of each epoch
+included) as every 25th on CUDA, it stays a small fraction of an epoch
+(benchmarks/results/recipe_vs_loop_cpu.json times one update and one step). Each epoch's record names the
+cadence its diagnostics were sampled at."""
 
 
 @dataclass
