@@ -138,7 +138,7 @@ def test_sync_batchnorm_across_cpu_processes_is_refused():
 
 
 def test_diagnostics_cadence_per_device():
-    assert PretrainConfig().device_plan("cpu", 1)["diagnostics_every"] == 1
+    assert PretrainConfig().device_plan("cpu", 1)["diagnostics_every"] == 10
     assert PretrainConfig().device_plan("cuda", 1)["diagnostics_every"] == 25
     assert PretrainConfig(diagnostics_every=3).device_plan("cuda", 1)["diagnostics_every"] == 3
 

@@ -32,6 +32,13 @@ MIN_IMAGE_SIZE = 8
 backbone that downsamples 32 times still keeps one feature."""
 MAX_IMAGE_SIZE = 2048
 MAX_VIEWS = 64
+DIAGNOSTICS_EVERY = {"cpu": 10, "cuda": 25}
+"""Steps between two diagnostics updates when `diagnostics_every` is unset. An update makes a few
+passes over the step's (B*V)^2 pairs, a cost that grows with the batch while a step's may shrink
+(a faster CPU, a smaller backbone): sampled every 10th batch on the CPU (the first of each epoch
+included) as every 25th on CUDA, it stays a small fraction of an epoch
+(benchmarks/results/recipe_vs_loop_cpu.json times one update and one step). Each epoch's record names the
+cadence its diagnostics were sampled at."""
 
 
 @dataclass
@@ -100,7 +107,7 @@ class PretrainConfig:
     monitor_train_size: int | None = 5000  # training images used by the per-epoch kNN monitor
     monitor_test_size: int | None = None  # class-balanced test images it classifies (None: all)
     diagnostics: bool = True  # log the paper's Sec. V-B diagnostics (Assumption 1, Lemma 1, Proposition 2) per epoch
-    diagnostics_every: int | None = None  # batches between diagnostics updates, each a few (B*V)^2 passes, no host sync (None: 1 on CPU, 25 on CUDA)
+    diagnostics_every: int | None = None  # batches between diagnostics updates, each a few (B*V)^2 passes, no host sync (None: 10 on CPU, 25 on CUDA)
     probe_epochs: int = 100  # epochs of the final linear probe
     log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
     # output
@@ -285,14 +292,14 @@ class PretrainConfig:
 
     def device_plan(self, device_type: str, num_processes: int) -> dict[str, Any]:
         """The device-dependent settings resolved: `sync_batchnorm` (on with several CUDA
-        processes unless set) and `diagnostics_every` (1 on the CPU, 25 on CUDA unless set).
+        processes unless set) and `diagnostics_every` (`DIAGNOSTICS_EVERY` of the device unless set).
         Raises ValueError for SyncBatchNorm across CPU processes, which torch does not run."""
         on_gpu = device_type == "cuda"
         sync = on_gpu and num_processes > 1 if self.sync_batchnorm is None else self.sync_batchnorm
         if sync and num_processes > 1 and not on_gpu:
             raise ValueError(f"sync_batchnorm=true with {num_processes} {device_type} processes: torch's SyncBatchNorm "
                              "runs on GPUs only. Drop it (each process then normalises its own share of the batch).")
-        every = self.diagnostics_every if self.diagnostics_every is not None else (25 if on_gpu else 1)
+        every = self.diagnostics_every if self.diagnostics_every is not None else DIAGNOSTICS_EVERY["cuda" if on_gpu else "cpu"]
         return {"sync_batchnorm": sync, "diagnostics_every": every}
 
     def method_hyperparameters(self) -> dict[str, Any]:

@@ -169,7 +169,8 @@ def train_epoch(
 
     `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
     having finished the last one; the progress bar shows each step's loss (on CUDA at most every
-    `LOSS_REFRESH_SECONDS`) and the diagnostics updated every `diagnostics_every` steps.
+    `LOSS_REFRESH_SECONDS`). The diagnostics are updated at the epoch's steps 0, `diagnostics_every`,
+    2 `diagnostics_every`, ... and the record says so (``diagnostics_every``).
 
     A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
     and count of the steps before it and `carried_diagnostics` their diagnostics sums, pooled over
@@ -228,4 +229,5 @@ def train_epoch(
         record["threshold"] = level
     if cfg.diagnostics:
         record.update(reduce_diagnostics(accelerator, meter))
+        record["diagnostics_every"] = diagnostics_every
     return record

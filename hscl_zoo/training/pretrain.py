@@ -27,31 +27,25 @@ from __future__ import annotations
 import re
 import signal
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.utils import InitProcessGroupKwargs, set_seed
 
-from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.training.checkpointing import CheckpointError
 from hscl_zoo.training.epochs import train_epoch, train_epochs
 from hscl_zoo.training.finish import export_run, image_caches
-from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.monitoring import KnnMonitor
 from hscl_zoo.training.preemption import StopOnSignal, exit_status
 from hscl_zoo.training.run_folder import RunFolderError
 from hscl_zoo.training.setup import (
-    build_encoder,
     build_optimizer,
     check_image_size,
     claim_run_folder,
-    compiled_forward,
     load_training_data,
+    make_accelerator,
     parse_args,
-    refuse_what_cannot_fit,
+    prepare_training,
     resolve_run,
     training_views,
 )
@@ -101,13 +95,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     cfg, args, overrides = parse_args(argv, prog)
     cfg = resolve_run(cfg, args, overrides)
     run_dir = Path(cfg.output_dir)
-    accelerator = Accelerator(
-        mixed_precision=cfg.mixed_precision,
-        log_with=cfg.log_with,
-        project_dir=str(run_dir),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed, non_blocking=True),
-        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.dist_timeout))],
-    )
+    accelerator = make_accelerator(cfg)
     world = accelerator.num_processes
     plan = cfg.device_plan(accelerator.device.type, world)
     if accelerator.device.type == "cuda":
@@ -126,21 +114,9 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         )
     image_size = cfg.image_size or data.spec.image_size
     check_image_size(image_size, cfg)
-    set_seed(cfg.seed)
-    encoder = build_encoder(cfg, data, image_size)
-    model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
-    if accelerator.device.type == "cuda" and cfg.memory_check:
-        refuse_what_cannot_fit(cfg, model, image_size, accelerator)
-    fast = cfg.fast_path(accelerator.device.type)
-    train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
-                                                cache_images=fast["cache_images"])
-    if fast["channels_last"]:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    forward = compiled_forward(model, accelerator, requested=fast["compile"])
-    loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
-    loss_fn.equal_batches = True  # the loader drops the last incomplete batch: batch_size / processes images each
+    parts = prepare_training(cfg, data, image_size, accelerator, plan)
+    encoder, model, train_set, augment, loader = parts.encoder, parts.model, parts.train_set, parts.augment, parts.loader
+    forward, optimizer, loss_fn, fast = parts.forward, parts.optimizer, parts.loss_fn, parts.fast
     monitor = KnnMonitor(data, cfg, accelerator.device) if accelerator.is_main_process and data.class_names else None
 
     lock = claim_run_folder(run_dir, args, cfg) if accelerator.is_main_process else None

@@ -9,11 +9,13 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
-from accelerate import Accelerator
-from accelerate.utils import DynamoBackend
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import DynamoBackend, InitProcessGroupKwargs, set_seed
 from torch.utils.data import Dataset
 
 from hscl_zoo.config_help import build_train_parser
@@ -30,14 +32,18 @@ from hscl_zoo.data.raw_images import (
 from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
+from hscl_zoo.losses.methods import build_loss
+from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder, create_model
 from hscl_zoo.training.config import MIN_IMAGE_SIZE, PretrainConfig, parse_overrides
+from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.resources import check_memory_fit, estimate_training_memory
 from hscl_zoo.training.run_folder import LOCK_FILE, RunLock, foreign_entries, remove_run_files
 
-__all__ = ["RESUMABLE_CHANGES", "UNLABELLED_HEAD", "build_encoder", "build_optimizer", "check_fresh_folder",
-           "check_image_size", "claim_run_folder", "compiled_forward", "load_training_data", "parse_args",
-           "refuse_what_cannot_fit", "resolve_run", "run_contents", "training_views"]
+__all__ = ["RESUMABLE_CHANGES", "UNLABELLED_HEAD", "TrainingParts", "build_encoder", "build_optimizer",
+           "check_fresh_folder", "check_image_size", "claim_run_folder", "compiled_forward", "load_training_data",
+           "make_accelerator", "parse_args", "prepare_training", "refuse_what_cannot_fit", "resolve_run", "run_contents",
+           "training_views"]
 
 RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout"}
 UNLABELLED_HEAD = "unlabelled"
@@ -244,3 +250,55 @@ def training_views(
     if warning and accelerator.is_local_main_process:
         print(warning, flush=True)
     return train_set, augment, loader
+
+
+def make_accelerator(cfg: PretrainConfig) -> Accelerator:
+    """The run's Accelerator: its mixed precision and tracker, the run folder as project folder,
+    a loader seeded by the config and collectives that give up after ``dist_timeout`` seconds."""
+    return Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        log_with=cfg.log_with,
+        project_dir=cfg.output_dir,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed, non_blocking=True),
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.dist_timeout))],
+    )
+
+
+@dataclasses.dataclass
+class TrainingParts:
+    """What the epochs train with, built by `prepare_training`: the encoder (whose weights the
+    run exports), the prepared model, loader and optimizer, the training set and device
+    augmenter, the (possibly compiled) forward, the loss and the resolved fast-path switches."""
+
+    encoder: ContrastiveEncoder
+    model: torch.nn.Module
+    train_set: Dataset
+    augment: BatchSimCLRAugment | None
+    loader: Any
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    loss_fn: ContrastiveLoss
+    fast: dict[str, bool]
+
+
+def prepare_training(cfg: PretrainConfig, data: LoadedData, image_size: int, accelerator: Accelerator,
+                     plan: dict[str, Any]) -> TrainingParts:
+    """Everything the recipe's epochs need, built as a run builds it (seeded initialisation,
+    BatchNorm per `plan`, the CUDA memory check, the fast path, `accelerator.prepare`), so that
+    `hscl_zoo.training.pretrain` and the benchmark against a bare loop train the same thing."""
+    set_seed(cfg.seed)
+    encoder = build_encoder(cfg, data, image_size)
+    model = prepare_batchnorm(encoder.projection_network(), "sync" if plan["sync_batchnorm"] else "per-chunk")
+    if accelerator.device.type == "cuda" and cfg.memory_check:
+        refuse_what_cannot_fit(cfg, model, image_size, accelerator)
+    fast = cfg.fast_path(accelerator.device.type)
+    train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
+                                                cache_images=fast["cache_images"])
+    if fast["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    forward = compiled_forward(model, accelerator, requested=fast["compile"])
+    loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
+    loss_fn.equal_batches = True  # the loader drops the last incomplete batch: batch_size / processes images each
+    return TrainingParts(encoder, model, train_set, augment, loader, forward, optimizer, loss_fn, fast)
