@@ -6,7 +6,8 @@
 A phase is PROTOCOL:SEEDS[:DATASETS] (seeds as 0-9 or 0,3,5; datasets default to all five). Every
 record that exists is skipped; a worker claims the next missing one with a claim file holding its
 process id (a dead worker's claim is taken over), so two workers started on the same --out share
-the grid, and a killed run loses at most the records in progress.
+the grid. A protocol-(b) record keeps each finished fold in ``seed<N>.folds/`` beside it until the
+record lands, so a killed run loses at most the folds in progress (protocol (a): the records).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -88,12 +90,14 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 graphs = cache.get(key.dataset) or cache.setdefault(key.dataset, load_graph_dataset(
                     f"tu:{key.dataset}", args.data_dir, download=False))
-                record = run_record(graphs, key, {"epochs": args.epochs})
+                folds = path.with_suffix(".folds")
+                record = run_record(graphs, key, {"epochs": args.epochs}, progress=folds if key.protocol == "b" else None)
                 record["provenance"] = {"commit": _commit(), "command": command, "threads": args.threads,
                                         "cpu": platform.processor() or platform.machine(),
                                         "torch": torch.__version__,
                                         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                 write_record(path, record)
+                shutil.rmtree(folds, ignore_errors=True)
                 print(f"{key.label}: {record['mean_test_accuracy']:.4f} in {record['seconds']} s", flush=True)
             finally:
                 path.with_suffix(".claim").unlink(missing_ok=True)

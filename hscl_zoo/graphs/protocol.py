@@ -89,23 +89,40 @@ def _train_and_embed(graphs, train_ids, key: RecordKey, budget: dict[str, Any]) 
     return encoder.embed(graphs).numpy().astype(np.float64)
 
 
-def run_record(graphs, key: RecordKey, budget: dict[str, Any] | None = None, folds: int = 10) -> dict[str, Any]:
-    """Train and evaluate one record; returns it (nothing is written here)."""
+def run_record(graphs, key: RecordKey, budget: dict[str, Any] | None = None, folds: int = 10,
+               progress: Path | None = None) -> dict[str, Any]:
+    """Train and evaluate one record and return it; nothing is written but `progress`.
+
+    `progress` (protocol ``b``) is a folder that keeps each finished fold as it lands: a record
+    interrupted between folds (a session's end, a kill) resumes from its finished folds. Each fold's
+    encoder is trained from the record's seed alone and the SVM is deterministic, so a resumed
+    record equals an uninterrupted one; its ``seconds`` are the folds' own, summed."""
     from hscl_zoo.graphs.svm import outer_folds, svm_fold
 
     budget = dict(budget or {})
     labels = graphs.labels.numpy()
     splits = outer_folds(labels, key.seed, folds)
-    start = time.perf_counter()
-    fold_records = []
     if key.protocol == "a":
+        start = time.perf_counter()
         embeddings = _train_and_embed(graphs, None, key, budget)
-        for fold, (train, test) in enumerate(splits):
-            fold_records.append({"fold": fold, **svm_fold(embeddings, labels, train, test)})
+        fold_records = [{"fold": fold, **svm_fold(embeddings, labels, train, test)}
+                        for fold, (train, test) in enumerate(splits)]
+        seconds = time.perf_counter() - start
     elif key.protocol == "b":
+        fold_records, seconds = [], 0.0
         for fold, (train, test) in enumerate(splits):
-            embeddings = _train_and_embed(graphs, train, key, budget)
-            fold_records.append({"fold": fold, **svm_fold(embeddings, labels, train, test)})
+            kept = Path(progress) / f"fold{fold}.json" if progress is not None else None
+            if kept is not None and kept.exists():
+                finished = json.loads(kept.read_text())
+            else:
+                start = time.perf_counter()
+                embeddings = _train_and_embed(graphs, train, key, budget)
+                finished = {"fold": fold, **svm_fold(embeddings, labels, train, test),
+                            "seconds": time.perf_counter() - start}
+                if kept is not None:
+                    write_record(kept, finished)
+            seconds += finished.pop("seconds")
+            fold_records.append(finished)
     else:
         raise ValueError(f"protocol is 'a' (the paper's) or 'b' (leak-free), got {key.protocol!r}.")
     accuracies = [f["test_accuracy"] for f in fold_records]
@@ -113,7 +130,7 @@ def run_record(graphs, key: RecordKey, budget: dict[str, Any] | None = None, fol
             "method": key.variant.method, "hyperparameters": key.variant.loss_kwargs, "seed": key.seed,
             "budget": budget, "folds": fold_records, "mean_test_accuracy": float(np.mean(accuracies)),
             "mean_inner_accuracy": float(np.mean([f["inner_accuracy"] for f in fold_records])),
-            "seconds": round(time.perf_counter() - start, 1)}
+            "seconds": round(seconds, 1)}
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
