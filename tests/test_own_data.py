@@ -301,4 +301,6 @@ def test_train_in_a_fresh_interpreter_and_under_accelerate_launch(folder, tmp_pa
         capture_output=True, text=True, timeout=600, env={**ENV, "ACCELERATE_USE_CPU": "1"}, cwd=tmp_path)
     assert module.returncode == 0, module.stderr[-3000:]
     evaluations = [json.loads((tmp_path / run / "linear_eval.json").read_text()) for run in ("cli", "recipe", "module")]
+    for evaluation in evaluations:
+        assert set(evaluation.pop("seconds")) == {"features", "linear", "knn", "retrieval", "audit"}, "wall times differ"
     assert evaluations[0] == evaluations[1] == evaluations[2]
