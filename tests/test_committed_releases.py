@@ -149,34 +149,58 @@ def fresh_checkout(tmp_path_factory) -> Path:
     return target
 
 
-def _load_in(checkout: Path, name: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "cache")}
-    env.pop(RELEASES_ENV, None)
-    code = (f"import hscl_zoo; m = hscl_zoo.load({name!r}); "
-            "print(hscl_zoo.__file__, sum(p.numel() for p in m.parameters()))")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in GRAPH and n != FAST_GRAPH else [])
-                                  for n in COMMITTED])
-def test_in_a_fresh_checkout_it_loads_and_one_edited_byte_is_refused(name, fresh_checkout, tmp_path) -> None:
-    loaded = _load_in(fresh_checkout, name, tmp_path)
-    assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stdout.startswith(str(fresh_checkout / "hscl_zoo" / "__init__.py"))
-
-    weights = sorted((fresh_checkout / "releases" / name).glob("model*.safetensors"))[0]
-    data = bytearray(weights.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    weights.write_bytes(bytes(data))
+_LOAD_EACH = """
+import json, sys, traceback
+import hscl_zoo
+for name in sys.argv[1:]:
     try:
-        refused = _load_in(fresh_checkout, name, tmp_path)
+        model = hscl_zoo.load(name)
+    except Exception as error:
+        print(json.dumps({"name": name, "error": traceback.format_exception_only(error)[-1].strip()}))
+    else:
+        print(json.dumps({"name": name, "module": hscl_zoo.__file__,
+                          "parameters": sum(p.numel() for p in model.parameters())}))
+"""
+
+
+def _load_each(checkout: Path, cache: Path) -> dict[str, dict]:
+    """Every committed release loaded by name in one fresh interpreter that sees the checkout alone."""
+    env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+    env.pop(RELEASES_ENV, None)
+    done = subprocess.run([sys.executable, "-c", _LOAD_EACH, *COMMITTED], capture_output=True, text=True, env=env,
+                          cwd=cache, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {line["name"]: line for line in map(json.loads, done.stdout.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def fresh_loads(fresh_checkout: Path, tmp_path_factory) -> dict[str, tuple[dict, dict, Path]]:
+    """Each release loaded from the fresh checkout, then again with one byte of its first weights file
+    flipped: (intact load, edited load, edited file) per name. One interpreter per pass, not per release."""
+    cache = tmp_path_factory.mktemp("cache")
+    intact = _load_each(fresh_checkout, cache)
+    edited = {name: sorted((fresh_checkout / "releases" / name).glob("model*.safetensors"))[0] for name in COMMITTED}
+    originals = {name: weights.read_bytes() for name, weights in edited.items()}
+    try:
+        for name, weights in edited.items():
+            data = bytearray(originals[name])
+            data[len(data) // 2] ^= 0x01
+            weights.write_bytes(bytes(data))
+        refused = _load_each(fresh_checkout, cache)
     finally:
-        data[len(data) // 2] ^= 0x01
-        weights.write_bytes(bytes(data))
-    assert refused.returncode != 0
-    last = refused.stderr.strip().splitlines()[-1]
+        for name, weights in edited.items():
+            weights.write_bytes(originals[name])
+    return {name: (intact[name], refused[name], edited[name]) for name in COMMITTED}
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_in_a_fresh_checkout_it_loads_and_one_edited_byte_is_refused(name, fresh_checkout, fresh_loads) -> None:
+    loaded, refused, weights = fresh_loads[name]
+    assert loaded.get("module") == str(fresh_checkout / "hscl_zoo" / "__init__.py"), loaded
+    assert loaded["parameters"] > 0
+    last = refused.get("error", "")
     assert last.startswith("hscl_zoo.zoo.releases.ChecksumMismatchError: Refusing ") and str(weights) in last
-    assert f"pins {registry.info(name).files[weights.name].sha256}" in last
+    assert f"pins {registry.info(name).files[weights.name].sha256}" in last and "\n" not in last
 
 
 def test_readme_and_the_models_page_quote_every_published_release_with_its_numbers() -> None:
