@@ -124,6 +124,14 @@ def test_card_for_a_trained_model_shows_results_and_recipe(trained_config):
     assert "Weights not published yet" not in card
 
 
+def test_card_of_a_run_started_without_a_config_names_none(trained_config):
+    """A run trained from arguments is not reproduced by its entry's paper config: the card must not say it is."""
+    training = {key: value for key, value in TRAINING.items() if key != "config"}
+    card = render_card({**trained_config, "training": training}, {"top1": 75.3})
+    assert "--config" not in card and "reproduce with" not in card
+    assert "Trained without a shipped config" in card and "| `beta` | 1 |" in card
+
+
 def test_card_for_a_published_entry_has_model_index():
     entry = dataclasses.replace(info("scl-cifar10"), revision="c" * 40, files={"model.safetensors": ("d" * 64, 1)}, metrics={"top1": 93.1})
     card = render_card(entry)

@@ -102,6 +102,21 @@ def test_a_committed_release_loads_by_name_and_scores_its_eval(name, shared_data
     assert f"top-1 {top1:.2f} %" in card and evaluation["budget"] == entry.budget and entry.budget in card
 
 
+@pytest.mark.parametrize("name", IMAGE)
+def test_an_image_release_card_says_how_it_was_trained(name) -> None:
+    """The card is its folder's files rendered, and names a shipped config only when the run started from one
+    (the runs behind these releases took command-line arguments, and a paper config trains another model)."""
+    from hscl_zoo.training.release import _card
+
+    folder = RELEASES / name
+    config, evaluation = (json.loads((folder / f).read_text()) for f in ("config.json", "eval.json"))
+    card = (folder / "README.md").read_text()
+    assert card == _card(config, name, evaluation, registry.info(registry.info(name).base_name))
+    started_from = config["training"].get("config")
+    assert ("--config" in card) == bool(started_from) and ("Trained without a shipped config" in card) != bool(started_from)
+    assert ("`release_command` built this folder" in card) == bool(evaluation["release_command"])
+
+
 def test_every_graph_table_dataset_has_its_h_scl_beta_encoder_published() -> None:
     assert {registry.info(n).dataset for n in GRAPH if registry.info(n).method == "hscl-beta"} == \
         {"mutag", "enzymes", "ptc-mr", "imdb-binary", "imdb-multi"}

@@ -194,7 +194,11 @@ def test_release_builds_a_pinned_folder_and_loads_by_name(run_dir, tmp_path, mon
     assert evaluation["test_images"] == test_images and evaluation["stored_dtype"] == "float32"
     assert "6 epochs" not in evaluation["budget"] and "1 epochs on a class-balanced 200-image subset" in evaluation["budget"]
     assert evaluation["commit"] and evaluation["hardware"].startswith("CPU") and "--epochs 1" in evaluation["train_command"]
-    assert f"{evaluation['linear_top1']:.2f}" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert f"{evaluation['linear_top1']:.2f}" in card
+    assert "Trained without a shipped config" in card and "--config" not in card, "the run named no config"
+    assert evaluation["release_command"] is None, "called in-process, not from the command line"
+    assert "release_command" not in card, "the card names only the commands eval.json holds"
 
     pasted = registry_entry_text(name, json.loads(json.dumps(_entry_from(printed))))
     assert pasted.replace(" ", "") in printed.replace(" ", "")

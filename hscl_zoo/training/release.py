@@ -144,7 +144,7 @@ def _card(config: dict[str, Any], name: str, evaluation: dict[str, Any], entry: 
     paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f} %"
     section = (
         "## This release\n\n"
-        f"Budget: {evaluation['budget']}; not the paper's recipe (ResNet-50, 200 epochs), whose Table 1 top-1 is "
+        f"Budget: {evaluation['budget'].rstrip('.')}; not the paper's recipe (ResNet-50, 200 epochs), whose Table 1 top-1 is "
         f"{paper}. Load it with `hscl_zoo.load(\"{name}\")`: the files are in the hscl_zoo repository under "
         f"`releases/{name}/`, every one pinned by its sha256 in the zoo's registry, and `{registry.HUB_ORG}/{name}` "
         "on the Hub is their home once pushed.\n\n"
@@ -152,7 +152,9 @@ def _card(config: dict[str, Any], name: str, evaluation: dict[str, Any], entry: 
         f"loaded in float32, its linear head on the {evaluation['test_images']:,} images of the "
         f"{evaluation['test_split']} split: top-1 {evaluation['linear_top1']:.2f} % (the float32 run: "
         f"{evaluation['float32_run']['top1']:.2f} %), kNN (k = {evaluation['knn_k']}) top-1 "
-        f"{evaluation['knn_top1']:.2f} %.\n\n")
+        f"{evaluation['knn_top1']:.2f} %. Its `train_command` trains the run again (every argument that differs "
+        "from the defaults)" + (", and `release_command` built this folder" if evaluation.get("release_command")
+                               else "") + ".\n\n")
     return card.replace("## Limitations\n", section + "## Limitations\n", 1)
 
 

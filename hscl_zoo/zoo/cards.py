@@ -168,7 +168,7 @@ def _facts(source: ZooEntry | Mapping[str, Any], name: str | None, repo_id: str 
     return _CardFacts(
         name=card_name, method=method, dataset=dataset, backbone=str(source["architecture"]),
         hub_repo=repo_id,
-        config=training.get("config") or (entry.config if entry else None), entry=entry, revision=None,
+        config=training.get("config"), entry=entry, revision=None,
         training=training, pretrained_cfg=source["pretrained_cfg"],
         proj_dim=int(source.get("model_args", {}).get("proj_dim", 128)),
     )
@@ -273,6 +273,9 @@ def _training(facts: _CardFacts) -> str:
     if facts.training is None:
         lines.append(_PAPER_RECIPE + (" " + _STL10_STEM if facts.dataset == "stl10" else ""))
         return "\n\n".join(lines)
+    if not facts.config:
+        lines.append("Trained without a shipped config: the run's settings are below, and in `config.json` under "
+                     "`training`.")
     summary = facts.training
     rows = [
         ("dataset", dataset_label(str(summary["dataset"]))),
