@@ -144,7 +144,8 @@ def _card(config: dict[str, Any], name: str, evaluation: dict[str, Any], entry: 
     paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f} %"
     section = (
         "## This release\n\n"
-        f"Budget: {evaluation['budget'].rstrip('.')}; not the paper's recipe (ResNet-50, 200 epochs), whose Table 1 top-1 is "
+        f"Budget: {evaluation['budget']}{'' if evaluation['budget'].endswith('.') else '.'} Not the paper's recipe "
+        "(ResNet-50, 200 epochs), whose Table 1 top-1 is "
         f"{paper}. Load it with `hscl_zoo.load(\"{name}\")`: the files are in the hscl_zoo repository under "
         f"`releases/{name}/`, every one pinned by its sha256 in the zoo's registry, and `{registry.HUB_ORG}/{name}` "
         "on the Hub is their home once pushed.\n\n"
