@@ -142,9 +142,11 @@ def _card(config: dict[str, Any], name: str, evaluation: dict[str, Any], entry: 
     results = {"top1": evaluation["linear_top1"], "top5": evaluation["linear_top5"], "knn_top1": evaluation["knn_top1"]}
     card = render_card(config, results, name=name, repo_id=f"{registry.HUB_ORG}/{name}")
     paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f} %"
+    budget = evaluation["budget"] if evaluation["budget"].endswith(".") else evaluation["budget"] + "."
+    built = ", and `release_command` built this folder" if evaluation.get("release_command") else ""
     section = (
         "## This release\n\n"
-        f"Budget: {evaluation['budget']}{'' if evaluation['budget'].endswith('.') else '.'} Not the paper's recipe "
+        f"Budget: {budget} Not the paper's recipe "
         "(ResNet-50, 200 epochs), whose Table 1 top-1 is "
         f"{paper}. Load it with `hscl_zoo.load(\"{name}\")`: the files are in the hscl_zoo repository under "
         f"`releases/{name}/`, every one pinned by its sha256 in the zoo's registry, and `{registry.HUB_ORG}/{name}` "
@@ -154,8 +156,7 @@ def _card(config: dict[str, Any], name: str, evaluation: dict[str, Any], entry: 
         f"{evaluation['test_split']} split: top-1 {evaluation['linear_top1']:.2f} % (the float32 run: "
         f"{evaluation['float32_run']['top1']:.2f} %), kNN (k = {evaluation['knn_k']}) top-1 "
         f"{evaluation['knn_top1']:.2f} %. Its `train_command` trains the run again (every argument that differs "
-        "from the defaults)" + (", and `release_command` built this folder" if evaluation.get("release_command")
-                               else "") + ".\n\n")
+        f"from the defaults){built}.\n\n")
     return card.replace("## Limitations\n", section + "## Limitations\n", 1)
 
 
