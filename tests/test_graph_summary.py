@@ -42,6 +42,37 @@ def test_the_claim_is_judged_by_the_paired_interval():
     assert rows["ucl"][0]["ENZYMES"] == "no records" and rows["ucl"][1] == "not testable yet"
 
 
+def test_the_claim_is_judged_on_the_protocols_planned_datasets():
+    # Protocol (b) plans MUTAG, PTC_MR and IMDB-BINARY: the two it leaves out do not hold the claim back.
+    records = []
+    for dataset in ("MUTAG", "PTC_MR", "IMDB-BINARY"):
+        for seed, (mine, rival) in enumerate([(0.80, 0.78), (0.82, 0.79), (0.84, 0.80)]):
+            if dataset == "PTC_MR":
+                mine, rival = rival, mine
+            records += [_record("hscl-beta-b1", "hscl-beta", seed, [mine], dataset=dataset, protocol="b"),
+                        _record("ucl", "ucl", seed, [rival], dataset=dataset, protocol="b")]
+    rows = {rival: (cells, overall) for rival, cells, overall in claim_rows(records, "b", "test")}
+    assert rows["ucl"][0]["ENZYMES"] == "not planned" and rows["ucl"][0]["PTC_MR"].startswith("worse -3.00")
+    assert rows["ucl"][1] == "better on 2 of 3 datasets"
+    # One planned dataset short of a second seed: not testable.
+    fewer = [r for r in records if not (r["dataset"] == "IMDB-BINARY" and r["seed"] > 0)]
+    assert dict((rival, overall) for rival, _, overall in claim_rows(fewer, "b", "test"))["ucl"] == "not testable yet"
+    # A dataset outside the plan that has records is judged too.
+    extra = records + [_record(v, m, seed, [0.5], dataset="ENZYMES", protocol="b")
+                       for seed in range(3) for v, m in (("hscl-beta-b1", "hscl-beta"), ("ucl", "ucl"))]
+    assert dict((rival, overall) for rival, _, overall in claim_rows(extra, "b", "test"))["ucl"] == \
+        "better on 2 of 4 datasets"
+
+
+def test_the_plans_name_registered_datasets_and_protocol_a_is_the_whole_table():
+    from hscl_zoo.graphs.catalog import GRAPH_DATASETS
+    from hscl_zoo.graphs.protocol import PLANS
+
+    names = {spec.tu_name for spec in GRAPH_DATASETS.values()}
+    assert set(PLANS["a"].datasets) == names and PLANS["a"].seeds == 10
+    assert set(PLANS["b"].datasets) <= names and PLANS["b"].seeds >= 3
+
+
 def test_the_summary_names_the_paper_numbers_beside_the_measured_ones():
     records = [_record("ucl", "ucl", s, [0.85 + 0.01 * s]) for s in range(2)]
     text = render_summary(records)
