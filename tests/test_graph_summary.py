@@ -3,7 +3,7 @@ and the claim's verdicts from intervals worked out by hand."""
 
 import math
 
-from hscl_zoo.reproduction.graph_summary import claim_rows, method_cells, render_summary
+from hscl_zoo.reproduction.graph_summary import claim_rows, leak_rows, method_cells, quote_block, render_summary
 
 
 def _record(variant, method, seed, tests, inners=None, dataset="MUTAG", protocol="a"):
@@ -62,6 +62,27 @@ def test_the_claim_is_judged_on_the_protocols_planned_datasets():
                        for seed in range(3) for v, m in (("hscl-beta-b1", "hscl-beta"), ("ucl", "ucl"))]
     assert dict((rival, overall) for rival, _, overall in claim_rows(extra, "b", "test"))["ucl"] == \
         "better on 2 of 4 datasets"
+
+
+def test_the_leak_is_protocol_a_minus_protocol_b_paired_by_seed():
+    records = []
+    for seed, (a, b) in enumerate([(0.80, 0.78), (0.82, 0.79), (0.84, 0.80)]):
+        records += [_record("scl", "scl", seed, [a]), _record("scl", "scl", seed, [b], protocol="b"),
+                    _record("ucl", "ucl", seed, [0.7 + 0.01 * seed]),
+                    _record("ucl", "ucl", seed, [0.7 + 0.01 * ((seed + 1) % 3)], protocol="b")]
+    # A seed only (a) has, and a dataset only (a) has, are left out.
+    records += [_record("scl", "scl", 3, [0.10]), _record("scl", "scl", 0, [0.9], dataset="PTC_MR")]
+    rows = dict(leak_rows(records))
+    assert set(rows) == {"scl", "ucl"} and set(rows["scl"]) == {"MUTAG"}
+    # differences 2, 3, 4 points, as in the claim's test: mean 3, half width 2.484.
+    diff = rows["scl"]["MUTAG"]
+    assert diff.seeds == (0, 1, 2) and math.isclose(diff.mean, 3.0)
+    assert math.isclose(diff.low, 0.516, abs_tol=1e-3) and math.isclose(diff.high, 5.484, abs_tol=1e-3)
+    # UCL: differences -1, -1, +2 points: mean 0, not above 0.
+    assert math.isclose(rows["ucl"]["MUTAG"].mean, 0.0, abs_tol=1e-9)
+    quote = quote_block(records)
+    assert "for UCL on 0 of 1; SCL on 1 of 1 (MUTAG +3.00) datasets." in quote
+    assert "| SCL | +3.00 [+0.52, +5.48] |" in render_summary(records)
 
 
 def test_the_plans_name_registered_datasets_and_protocol_a_is_the_whole_table():

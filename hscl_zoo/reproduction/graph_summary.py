@@ -28,8 +28,8 @@ from hscl_zoo.losses.methods import get_method
 from hscl_zoo.reproduction.report import replace_block
 from hscl_zoo.reproduction.statistics import PairedDifference, mean_std, paired_difference
 
-__all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "render_summary", "quote_block", "BEATS",
-           "release_variant"]
+__all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "leak_rows", "render_summary", "quote_block",
+           "BEATS", "release_variant"]
 
 Record = dict[str, Any]
 CHOICES = ("test", "train")
@@ -165,6 +165,54 @@ def claim_rows(records: list[Record], protocol: str, choice: str) -> list[tuple[
     return rows
 
 
+def _interval(diff: PairedDifference | None) -> str:
+    if diff is None:
+        return "no shared seeds"
+    if diff.low is None:
+        return f"{diff.mean:+.2f} (1 seed)"
+    return f"{diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}]"
+
+
+def leak_rows(records: list[Record], choice: str = "train") -> list[tuple[str, dict[str, PairedDifference | None]]]:
+    """Per method, on each dataset with records under both protocols: accuracy under (a) minus under (b),
+    paired by seed. A seed fixes the outer folds, so both protocols score the same test graphs; only
+    what trained the encoder differs (under (a) every graph, and for SCL and H-SCL every label)."""
+    datasets = [s.tu_name for s in GRAPH_DATASETS.values()
+                if {r["protocol"] for r in records if r["dataset"] == s.tu_name} >= {"a", "b"}]
+    cells = {(d, p): method_cells([r for r in records if r["dataset"] == d and r["protocol"] == p], choice)
+             for d in datasets for p in ("a", "b")}
+    rows = []
+    for method in dict.fromkeys(v.method for v in GRAPH_VARIANTS):
+        diffs = {d: paired_difference(cells[d, "a"][method].per_seed, cells[d, "b"][method].per_seed)
+                 for d in datasets if method in cells[d, "a"] and method in cells[d, "b"]}
+        if diffs:
+            rows.append((method, diffs))
+    return rows
+
+
+def leak_table(records: list[Record]) -> str:
+    rows = leak_rows(records)
+    specs = [s for s in GRAPH_DATASETS.values() if any(s.tu_name in diffs for _, diffs in rows)]
+    lines = ["| method | " + " | ".join(s.display for s in specs) + " |", "|---|" + "---|" * len(specs)]
+    for method, diffs in rows:
+        lines.append(f"| {get_method(method).display} | "
+                     + " | ".join(_interval(diffs.get(s.tu_name)) if s.tu_name in diffs else "–" for s in specs) + " |")
+    return "\n".join(lines)
+
+
+def _leak_line(records: list[Record]) -> str:
+    parts = []
+    for method, diffs in leak_rows(records):
+        higher = [(d, x) for d, x in diffs.items() if x is not None and x.low is not None and x.low > 0]
+        where = ", ".join(f"{_display(d)} {x.mean:+.2f}" for d, x in higher)
+        parts.append(f"{get_method(method).display} on {len(higher)} of {len(diffs)}" + (f" ({where})" if where else ""))
+    return "; ".join(parts)
+
+
+def _display(tu_name: str) -> str:
+    return next(s.display for s in GRAPH_DATASETS.values() if s.tu_name == tu_name)
+
+
 def _cell_text(cell: GraphCell | None) -> str:
     if cell is None:
         return "–"
@@ -218,6 +266,11 @@ PROTOCOL_TEXT = {
          "cross-validated on its frozen embeddings (test folds' labels shaped SCL's and H-SCL's encoders).",
     "b": "Protocol (b), leak-free: for each outer fold an encoder is trained on the training folds only.",
 }
+LEAK_TEXT = ("Accuracy under protocol (a) minus under protocol (b), paired by seed (a seed fixes the outer folds, so "
+             "both score the same test graphs), 95 % t interval; β chosen on training folds. Only what trained "
+             "the encoder differs: under (a) it also saw the test fold's graphs, and for SCL, H-SCL(β) and H-SCL(τ) "
+             "their labels. A positive interval is accuracy that protocol (a) credits to the encoder but a "
+             "held-out estimate does not.")
 CHOICE_TEXT = {"test": "β chosen on test accuracy (the paper's way)",
                "train": "β chosen per fold on training folds only (inner-CV accuracy)"}
 
@@ -242,6 +295,9 @@ def render_summary(records: list[Record]) -> str:
                       f"The paper's claim, H-SCL(β) better than each rival ({CHOICE_TEXT[choice]}):", "",
                       claims_table(mine, protocol, choice), ""]
         parts += ["### Every variant (records per cell in parentheses)", "", variant_table(mine, protocol), ""]
+    if leak_rows(records):
+        parts += ["## What the test folds give the encoder: protocol (a) minus protocol (b)", "", LEAK_TEXT, "",
+                  leak_table(records), ""]
     return "\n".join(parts)
 
 
@@ -265,6 +321,9 @@ def quote_block(records: list[Record]) -> str:
         scope = f"{len(mine)} of {planned} records ({plan.seeds} seeds planned) on {', '.join(datasets)}"
         lines.append(f"* Protocol ({protocol}), {scope}. H-SCL(β) with β chosen on training folds, against "
                      f"{_claim_line(mine, protocol, 'train')}.")
+    if leak_rows(records):
+        lines.append(f"* Protocol (a) minus protocol (b), on the same seeds and folds: accuracy higher under (a) "
+                     f"(95 % interval above 0) for {_leak_line(records)} datasets.")
     return "\n".join(lines) + "\n"
 
 
