@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS
+from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS, find_graph_dataset
 from hscl_zoo.graphs.protocol import GRAPH_VARIANTS, PLANS
 from hscl_zoo.losses.methods import get_method
 from hscl_zoo.reproduction.report import replace_block
@@ -125,16 +125,20 @@ def release_variant(records: list[Record], method: str) -> tuple[Any, str]:
     return best, phrase
 
 
+def _interval(diff: PairedDifference | None) -> str:
+    if diff is None:
+        return "no shared seeds"
+    if diff.low is None:
+        return f"{diff.mean:+.2f} (1 seed)"
+    return f"{diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}]"
+
+
 def _verdict(diff: PairedDifference | None) -> str:
     if diff is None:
         return "not testable (no shared seeds)"
     if diff.low is None:
         return f"not testable (1 seed: {diff.mean:+.2f})"
-    if diff.low > 0:
-        return f"better {diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}]"
-    if diff.high < 0:
-        return f"worse {diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}]"
-    return f"tie {diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}]"
+    return f"{'better' if diff.low > 0 else 'worse' if diff.high < 0 else 'tie'} {_interval(diff)}"
 
 
 def claim_rows(records: list[Record], protocol: str, choice: str) -> list[tuple[str, dict[str, str], str]]:
@@ -165,14 +169,6 @@ def claim_rows(records: list[Record], protocol: str, choice: str) -> list[tuple[
     return rows
 
 
-def _interval(diff: PairedDifference | None) -> str:
-    if diff is None:
-        return "no shared seeds"
-    if diff.low is None:
-        return f"{diff.mean:+.2f} (1 seed)"
-    return f"{diff.mean:+.2f} [{diff.low:+.2f}, {diff.high:+.2f}]"
-
-
 def leak_rows(records: list[Record], choice: str = "train") -> list[tuple[str, dict[str, PairedDifference | None]]]:
     """Per method, on each dataset with records under both protocols: accuracy under (a) minus under (b),
     paired by seed. A seed fixes the outer folds, so both protocols score the same test graphs; only
@@ -190,8 +186,7 @@ def leak_rows(records: list[Record], choice: str = "train") -> list[tuple[str, d
     return rows
 
 
-def leak_table(records: list[Record]) -> str:
-    rows = leak_rows(records)
+def leak_table(rows: list[tuple[str, dict[str, PairedDifference | None]]]) -> str:
     specs = [s for s in GRAPH_DATASETS.values() if any(s.tu_name in diffs for _, diffs in rows)]
     lines = ["| method | " + " | ".join(s.display for s in specs) + " |", "|---|" + "---|" * len(specs)]
     for method, diffs in rows:
@@ -200,17 +195,13 @@ def leak_table(records: list[Record]) -> str:
     return "\n".join(lines)
 
 
-def _leak_line(records: list[Record]) -> str:
+def _leak_line(rows: list[tuple[str, dict[str, PairedDifference | None]]]) -> str:
     parts = []
-    for method, diffs in leak_rows(records):
+    for method, diffs in rows:
         higher = [(d, x) for d, x in diffs.items() if x is not None and x.low is not None and x.low > 0]
-        where = ", ".join(f"{_display(d)} {x.mean:+.2f}" for d, x in higher)
+        where = ", ".join(f"{find_graph_dataset(d).display} {x.mean:+.2f}" for d, x in higher)
         parts.append(f"{get_method(method).display} on {len(higher)} of {len(diffs)}" + (f" ({where})" if where else ""))
     return "; ".join(parts)
-
-
-def _display(tu_name: str) -> str:
-    return next(s.display for s in GRAPH_DATASETS.values() if s.tu_name == tu_name)
 
 
 def _cell_text(cell: GraphCell | None) -> str:
@@ -295,9 +286,10 @@ def render_summary(records: list[Record]) -> str:
                       f"The paper's claim, H-SCL(β) better than each rival ({CHOICE_TEXT[choice]}):", "",
                       claims_table(mine, protocol, choice), ""]
         parts += ["### Every variant (records per cell in parentheses)", "", variant_table(mine, protocol), ""]
-    if leak_rows(records):
+    leaks = leak_rows(records)
+    if leaks:
         parts += ["## What the test folds give the encoder: protocol (a) minus protocol (b)", "", LEAK_TEXT, "",
-                  leak_table(records), ""]
+                  leak_table(leaks), ""]
     return "\n".join(parts)
 
 
@@ -321,9 +313,10 @@ def quote_block(records: list[Record]) -> str:
         scope = f"{len(mine)} of {planned} records ({plan.seeds} seeds planned) on {', '.join(datasets)}"
         lines.append(f"* Protocol ({protocol}), {scope}. H-SCL(β) with β chosen on training folds, against "
                      f"{_claim_line(mine, protocol, 'train')}.")
-    if leak_rows(records):
+    leaks = leak_rows(records)
+    if leaks:
         lines.append(f"* Protocol (a) minus protocol (b), on the same seeds and folds: accuracy higher under (a) "
-                     f"(95 % interval above 0) for {_leak_line(records)} datasets.")
+                     f"(95 % interval above 0) for {_leak_line(leaks)} datasets.")
     return "\n".join(lines) + "\n"
 
 
