@@ -8,15 +8,18 @@
 #   python benchmarks/sprint_plan.py --show             # what the next calls will do
 #
 # Steps:
-#   pack     copy CIFAR-10's parquet files (../shared/data/cifar10, 21 MB) and the wheels the GPU image
-#            lacks (datasets and what it needs that the image does not hold) into .gpu/, an ignored
+#   pack     copy the parquet folders the next call trains on (`sprint_plan.py --datasets`: cifar100
+#            first, 21 MB each; cifar10, which check and measure read, when the plan trains nothing) and
+#            the wheels the GPU image lacks (datasets and what it needs that the image does not hold)
+#            into .gpu/, an ignored
 #            folder the device tool carries, and record the code the tree is at in .gpu/source.json
 #            (commit, sha256 of `git diff HEAD`; refused when hscl_zoo/, recipes/ or benchmarks/
 #            differ from HEAD: a measurement names its code).
 #   next     benchmarks/sprint_next.py: from the committed files (results/gpu-cifar10/runs, the GPU
 #            check results), the most valuable missing work that fits the call (benchmarks/sprint_plan.py):
-#            two missing gpu-cifar10 runs side by side (UCL, H-UCL, H-SCL(tau) seed 0 first, then
-#            seeds 1 and 2), each seed-0 run released in bf16; with 4 minutes left, the step-parity
+#            two missing runs side by side (the gpu-cifar100 row at seed 0, H-SCL(beta) first; then
+#            gpu-cifar10's missing seed-0 releases; then seeds 1 and 2), each seed-0 run released in
+#            bf16; with 4 minutes left, the step-parity
 #            check (TF32 off and on) and the loss-memory benchmark. Every result is packed into $OUT
 #            as it lands (results.tgz, weights as <= 15 MiB tar parts), so a cut call keeps what
 #            finished; `python benchmarks/sprint_pack.py unpack OUT` puts them in the repository.
@@ -54,7 +57,7 @@ else
   STATE=${STATE:-runs/gpu-sprint}; DEVICE=cuda
 fi
 OUT=${OUT:-$STATE/out}
-DATA=${DATA:-$PACK/data/cifar10}
+DATA=${DATA:-$PACK/data}
 RES=$STATE/results
 LOGS=$STATE/logs
 FAILED=0
@@ -78,7 +81,7 @@ run() {
 }
 
 setup() {
-  [ -d "$DATA" ] || { echo "error: no CIFAR-10 parquet folder at $DATA; run 'bash benchmarks/gpu_sprint.sh pack' first or set DATA." >&2; exit 3; }
+  [ -d "$DATA" ] || { echo "error: no data folder at $DATA; run 'bash benchmarks/gpu_sprint.sh pack' first or set DATA to the folder holding cifar10/ and cifar100/." >&2; exit 3; }
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   if [ $REHEARSE = 0 ] && compgen -G "$PACK/whl/*.whl" > /dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-sprint-site \
@@ -98,10 +101,15 @@ step_pack() {
   if [ $REHEARSE = 0 ] && [ -n "$(git status --porcelain -- hscl_zoo recipes benchmarks)" ]; then
     echo "error: hscl_zoo/, recipes/ or benchmarks/ differ from HEAD; commit first, so the results name their code." >&2; exit 2
   fi
-  local src=${SHARED_DATA:-../shared/data}/cifar10
-  [ -d "$src" ] || { echo "error: no $src to pack; set SHARED_DATA to the folder holding cifar10/." >&2; exit 2; }
-  mkdir -p $PACK/data/cifar10 $PACK/whl
-  cp "$src"/*.parquet $PACK/data/cifar10/
+  local shared=${SHARED_DATA:-../shared/data} names name
+  names=$(PYTHONPATH=$ROOT "$PY" benchmarks/sprint_plan.py --datasets) || { echo "error: the plan failed" >&2; exit 2; }
+  rm -rf $PACK/data
+  for name in ${names:-cifar10}; do
+    [ -d "$shared/$name" ] || { echo "error: no $shared/$name to pack; set SHARED_DATA to the folder holding it." >&2; exit 2; }
+    mkdir -p $PACK/data/$name
+    cp "$shared/$name"/*.parquet $PACK/data/$name/
+  done
+  mkdir -p $PACK/whl
   if [ $REHEARSE = 0 ]; then
     "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -149,7 +157,7 @@ EOF
     if [ ! -s "$STATE/resume-first.jsonl" ]; then
       rm -rf "$dir"
       run resume-first "" "$PY" -m accelerate.commands.launch --num_processes 1 --num_machines 1 --mixed_precision no \
-        --dynamo_backend no recipes/pretrain.py --config hscl-beta-cifar10 --data_dir "$DATA" --epochs 2 \
+        --dynamo_backend no recipes/pretrain.py --config hscl-beta-cifar10 --data_dir "$DATA/cifar10" --epochs 2 \
         "${small[@]}" --output_dir "$dir" && cp "$dir/metrics.jsonl" "$STATE/resume-first.jsonl"
     fi
     if [ -s "$STATE/resume-first.jsonl" ]; then
@@ -186,11 +194,11 @@ step_measure() {
     tp=(--backbones resnet18 resnet50 --workers 12)
   fi
   run loss-bench "$RES/loss.json" "$PY" benchmarks/loss_bench.py --device $DEVICE "${bench[@]}" --json "$RES/loss.json"
-  run throughput "$RES/throughput.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA" \
+  run throughput "$RES/throughput.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA/cifar10" \
     --losses hscl-beta "${tp[@]}" --channels-last --fused-optim --gpu-augment --cache --bf16 --json "$RES/throughput.json"
   local compile_tp=("${tp[@]}")
   [ $REHEARSE = 0 ] && compile_tp=(--backbones resnet50 --workers 12)
-  run compile "$RES/compile.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA" \
+  run compile "$RES/compile.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA/cifar10" \
     --losses hscl-beta --no-plain "${compile_tp[@]}" --channels-last --fused-optim --gpu-augment --cache --bf16 --compile \
     --json "$RES/compile.json"
   local aug=()

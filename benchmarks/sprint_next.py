@@ -32,10 +32,11 @@ from typing import Any
 
 import sprint_pack  # benchmarks/, the script's own folder
 import sprint_plan
-from hscl_zoo.reproduction.budgets import BUDGETS
+from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDED = (f"{sprint_plan.RUNS_DIR}/*.json", "benchmarks/results/*sprint*.json", *sprint_plan.CHECKS.values())
+SEEDED = (*(f"{sprint_plan.runs_dir(b)}/*.json" for b in GPU_BUDGETS), "benchmarks/results/*sprint*.json",
+          sprint_plan.RELEASES_REGISTRY, *sprint_plan.CHECKS.values())
 """The committed files a view starts from (what `sprint_plan` reads)."""
 
 
@@ -56,10 +57,13 @@ class Sprint:
         self.failed = 0
         (self.view / self.logs).mkdir(parents=True, exist_ok=True)
 
-    def part(self, name: str, cmd: list[str], expect: list[str], small: bool = True) -> bool:
+    def part(self, name: str, cmd: list[str], expect: list[str], small: bool = True,
+             timings_from: str | None = None) -> bool:
         """Run `cmd` (its log in the view), record it in the sprint log with the sha256 of every
         file under the view paths `expect` (files or folders), and pack, those files in
-        results.tgz when `small`. True when it exited 0 and wrote everything it was expected to."""
+        results.tgz when `small`. `timings_from`: a run record whose itemised seconds (where the
+        run's wall time went, `hscl_zoo.reproduction.runs.timings`) the part's entry repeats.
+        True when it exited 0 and wrote everything it was expected to."""
         log = f"{self.logs}/{name}.log"
         started = time.perf_counter()
         print(f"[sprint] {name}: {shlex.join(cmd)}", flush=True)
@@ -72,11 +76,14 @@ class Sprint:
                          if p.is_file())
         ok = code == 0 and len(present) == len(expect)
         print(f"[sprint] {name}: exit {code} after {seconds:.0f} s", flush=True)
+        entry = {"part": name, "command": shlex.join(cmd), "exit": code, "seconds": round(seconds, 1),
+                 "files": {f: sprint_pack.sha256(self.view / f) for f in written}}
+        if ok and timings_from is not None:
+            entry["timings"] = json.loads((self.view / timings_from).read_text()).get("timings")
         with self.lock:
             self.failed += not ok
             self.small += [log, *(written if small else [])]
-            self.log["parts"].append({"part": name, "command": shlex.join(cmd), "exit": code, "seconds": round(seconds, 1),
-                                      "files": {f: sprint_pack.sha256(self.view / f) for f in written}})
+            self.log["parts"].append(entry)
         self.pack()
         return ok
 
@@ -85,45 +92,58 @@ class Sprint:
             (self.view / self.log_path).write_text(json.dumps(self.log, indent=1) + "\n")
             self.log["left_out"] = sprint_pack.pack(self.view, self.out, self.small, self.weights)
 
-    def land_weights(self, run: str, run_dir: Path) -> None:
-        """The run's encoder in bf16 shards with its float32 evaluation, at ``runs/gpu-weights/RUN``
-        of the view: what `hscl-zoo release` rebuilds the release from on the CPU if the call is cut
-        before the device's release lands."""
-        target = f"runs/gpu-weights/{run}"
+    def land_weights(self, part: str, target: str, run_dir: Path) -> None:
+        """The run's encoder in bf16 shards with its float32 evaluation, at `target` of the view
+        (``runs/gpu-weights/<budget>/<run>``): what `hscl-zoo release` rebuilds the release from on
+        the CPU if the call is cut before the device's release lands."""
         code = ("import sys, shutil; from hscl_zoo.zoo.hub import load; from hscl_zoo.zoo.saving import save_pretrained;"
                 "m = load(sys.argv[1] + '/hub'); save_pretrained(m, sys.argv[2] + '/hub', training=m.training_summary, "
                 "dtype='bf16', max_shard_size='15MiB'); shutil.copy(sys.argv[1] + '/linear_eval.json', sys.argv[2])")
-        if self.part(f"weights-{run}", [sys.executable, "-c", code, str(run_dir), str(self.view / target)],
+        if self.part(f"weights-{part}", [sys.executable, "-c", code, str(run_dir), str(self.view / target)],
                      [f"{target}/linear_eval.json", f"{target}/hub"], small=False):
             with self.lock:
                 self.weights.append(target)
             self.pack()
 
     def train(self, run: str) -> None:
-        """Train one run (recipes/reproduce.py in a work folder seeded with the view's records, so
-        H-SCL(tau) finds its SCL), land its record, then its weights and release if seed 0."""
-        method, _, seed = run.rpartition("-s")
-        work = self.args.state / "work" / run
+        """Train one run (recipes/reproduce.py in a work folder seeded with its budget's records in
+        the view, so H-SCL(tau) finds its SCL), land its record, then its weights and release if it
+        publishes one. A run trained again only for its release (its record is committed) lands
+        its record under ``results/<budget>/release-runs/``, beside the committed one."""
+        budget, method, seed = sprint_plan.split_run(run)
+        name = f"{method}-s{seed}"
+        part = f"{budget}-{name}"
+        work = self.args.state / "work" / budget / name
         (work / "runs").mkdir(parents=True, exist_ok=True)
-        for record in (self.view / sprint_plan.RUNS_DIR).glob("*.json"):
+        for record in (self.view / sprint_plan.runs_dir(budget)).glob("*.json"):
             if not (work / "runs" / record.name).exists():
                 shutil.copy(record, work / "runs" / record.name)
-        record = f"{sprint_plan.RUNS_DIR}/{run}.json"
-        cmd = [sys.executable, "recipes/reproduce.py", "--budget", self.args.budget, "--data_dir", str(self.args.data),
-               "--seeds", seed, "--methods", method, "--out", str(work)]
-        copy = f"cp {shlex.quote(str(work / 'runs' / f'{run}.json'))} {shlex.quote(str(self.view / record))}"
-        if not self.part(f"train-{run}", ["bash", "-c", f"{shlex.join(cmd)} && {copy}"], [record]) or seed != "0":
+        release = sprint_plan.releases_of(run, sprint_plan.state_of(self.view))
+        record = sprint_plan.record_path(run)
+        if (self.view / record).exists():
+            record = f"results/{budget}/release-runs/{name}.json"
+        (self.view / record).parent.mkdir(parents=True, exist_ok=True)
+        trained = work / "runs" / f"{name}.json"
+        if trained.exists() and not (work / "runs" / name).is_dir():  # the committed record, not this call's run
+            trained.unlink()
+        run_budget = budget + ("-rehearsal" if self.args.rehearse else "")
+        data = self.args.data / BUDGETS[budget].settings["dataset"]
+        cmd = [sys.executable, "recipes/reproduce.py", "--budget", run_budget, "--data_dir", str(data),
+               "--seeds", str(seed), "--methods", method, "--out", str(work)]
+        copy = f"cp {shlex.quote(str(trained))} {shlex.quote(str(self.view / record))}"
+        if not self.part(f"train-{part}", ["bash", "-c", f"{shlex.join(cmd)} && {copy}"], [record],
+                         timings_from=record) or not release:
             return
-        self.land_weights(run, work / "runs" / run)
-        name = sprint_plan.release_name(run)
-        folder = f"releases/{name}"
+        target = f"runs/gpu-weights/{budget}/{name}"
+        self.land_weights(part, target, work / "runs" / name)
+        folder = f"releases/{release[0]}"
         # the budget's own description names the run's data (a JPEG re-encoding) on the card and in the registry
-        if self.part(f"release-{run}", [sys.executable, "-m", "hscl_zoo.cli", "release", str(work / "runs" / run),
-                                        "--name", name, "--dtype", "bf16", "--out", str(self.view / folder),
-                                        "--budget", BUDGETS[self.args.budget].description,
-                                        "--device", self.args.device], [folder], small=False):
+        if self.part(f"release-{part}", [sys.executable, "-m", "hscl_zoo.cli", "release", str(work / "runs" / name),
+                                         "--name", release[0], "--dtype", "bf16", "--out", str(self.view / folder),
+                                         "--budget", BUDGETS[run_budget].description,
+                                         "--device", self.args.device], [folder], small=False):
             with self.lock:  # the release holds the same bf16 weights, re-evaluated: it replaces them
-                self.weights = [w for w in self.weights if w != f"runs/gpu-weights/{run}"] + [folder]
+                self.weights = [w for w in self.weights if w != target] + [folder]
             self.pack()
 
     def check(self, check: str) -> None:
@@ -182,18 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state", type=Path, required=True, help="working folder (run folders, the view)")
     p.add_argument("--view", type=Path, help="the repository view (default: STATE/view, seeded from the checkout)")
     p.add_argument("--out", type=Path, required=True, help="the folder the device call returns")
-    p.add_argument("--data", type=Path, required=True, help="CIFAR-10's parquet folder")
+    p.add_argument("--data", type=Path, required=True,
+                   help="the folder of the datasets' parquet folders (cifar10/, cifar100/, as packed in .gpu/data)")
     p.add_argument("--rehearse", action="store_true", help="on the CPU at the rehearsal budget's sizes")
     p.add_argument("--budget-seconds", type=float, default=sprint_plan.CALL_SECONDS)
     p.add_argument("--source", type=Path, help="the packed source.json (commit, diff hash) naming the carried code")
     p.add_argument("--command", default="bash benchmarks/gpu_sprint.sh next", help="the command, as the log records it")
     args = p.parse_args(argv)
     args.device = "cpu" if args.rehearse else "cuda"
-    args.budget = sprint_plan.BUDGET + ("-rehearsal" if args.rehearse else "")
     args.view = args.view or args.state / "view"
     if not args.data.is_dir():
-        raise SystemExit(f"error: no CIFAR-10 parquet folder at {args.data}; run 'bash benchmarks/gpu_sprint.sh pack' "
-                         "first or set DATA.")
+        raise SystemExit(f"error: no data folder at {args.data}; run 'bash benchmarks/gpu_sprint.sh pack' first or "
+                         "set DATA to the folder holding cifar10/ and cifar100/.")
     source = json.loads(args.source.read_text()) if args.source else sprint_pack.source(ROOT)
     seed_view(args.view)
     return Sprint(args, source).run()

@@ -1,23 +1,27 @@
-"""What the next GPU call should do, decided from the files already committed (issue 40).
+"""What the next GPU call should do, decided from the files already committed (issues 40 and 48).
 
 A lent GPU comes with about 15 minutes of machine time, one command of at most 10 minutes. This
-module turns the repository's state (the gpu-cifar10 run records, the GPU check results) into an
-ordered plan that fits one call, so `bash benchmarks/gpu_sprint.sh next` never redoes finished
-work and spends the minutes on what is missing, most valuable first:
+module turns the repository's state (the GPU budgets' run records, the published releases, the
+GPU check results) into an ordered plan that fits one call, so `bash benchmarks/gpu_sprint.sh next`
+never redoes finished work and spends the minutes on what users need most, first:
 
-1. gpu-cifar10 runs, two side by side: UCL, H-UCL and H-SCL(tau) at seed 0 first (the methods
-   with no GPU run yet), then seeds 1 and 2 of all five. Each seed-0 run is also released
-   (``<method>-cifar10.gpu-30ep``, bf16 shards). An H-SCL(tau) run takes its threshold schedule
-   from the SCL run of its seed, so it never starts beside that run, only after it.
+1. Runs, two side by side, in the order of `WORK` (declared once, below): the CIFAR-100 row at
+   seed 0 (H-SCL(beta), the flagship, first), then the CIFAR-10 seed-0 encoders that have a run
+   record but no release, then seeds 1 and 2 of both budgets for paired verdicts. A seed-0 run is
+   released (``<method>-<dataset>.gpu-30ep``, bf16 shards). An H-SCL(tau) run takes its
+   threshold schedule from the SCL run of its budget and seed, so it never starts beside that
+   run, only after it.
 2. With at least `CHECKS_NEED_SECONDS` left: the checks never run on a GPU, the step-parity check
    with TF32 off and on (`benchmarks/cuda_parity.py`) and the loss-memory benchmark.
 
-Everything here is a pure function of a `State` (what exists) and `Costs` (how long things took,
-read from the committed sprint logs), so the plan is unit-tested without a GPU; `state_of` and
-`costs_of` read them from a checkout.
+A run is named ``<budget>/<method>-s<seed>`` (``gpu-cifar100/hscl-beta-s0``). Everything here is a
+pure function of a `State` (what exists) and `Costs` (how long things took, read from the
+committed sprint logs), so the plan is unit-tested without a GPU; `state_of` and `costs_of` read
+them from a checkout.
 
     python benchmarks/sprint_plan.py --show                  # the plan for the next calls
     python benchmarks/sprint_plan.py --show --quote docs/gpu.md   # and its quote on the GPU page
+    python benchmarks/sprint_plan.py --datasets              # the data the next call carries
     python benchmarks/sprint_plan.py --elapsed 300 --skip step-parity   # the next item, one line
 """
 
@@ -29,11 +33,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
 from hscl_zoo.reproduction.report import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGET = "gpu-cifar10"
-RUNS_DIR = f"results/{BUDGET}/runs"
 CALL_SECONDS = 540
 """The work one device call holds: 9 minutes, under the 10-minute limit of a command (the rest is
 the machine's start, the install of the packed wheels and the files' way back)."""
@@ -42,11 +45,17 @@ CHECKS_NEED_SECONDS = 240
 cut once already, so it gets room rather than an estimate)."""
 RELEASE_TAG = "gpu-30ep"
 METHOD_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
-"""Within a seed (hscl_zoo.reproduction.budgets.RUN_ORDER): SCL before H-SCL(tau), which reads it."""
-SEED0_FIRST = ("ucl", "hucl", "hscl-tau", "scl", "hscl-beta")
-"""Seed 0's order: the three methods the first GPU session did not reach, then (should their files
-ever be missing) the two it did."""
-LATER_SEEDS = (1, 2)
+"""Within a later seed (hscl_zoo.reproduction.budgets.RUN_ORDER): SCL before H-SCL(tau), which reads it."""
+WORK: tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...] = (
+    ("gpu-cifar100", (0,), ("hscl-beta", "scl", "hucl", "ucl", "hscl-tau")),
+    ("gpu-cifar10", (0,), ("ucl", "hucl", "hscl-tau", "scl", "hscl-beta")),
+    ("gpu-cifar100", (1, 2), METHOD_ORDER),
+    ("gpu-cifar10", (1, 2), METHOD_ORDER),
+)
+"""The sprint's runs in the order users need them, as (budget, seeds, methods): the flagship's
+CIFAR-100 row first (H-SCL(beta), then SCL, H-UCL, UCL, H-SCL(tau)), then CIFAR-10 at seed 0
+(whatever lacks a record or a release), then the seeds that pair the verdicts."""
+RELEASES_REGISTRY = "hscl_zoo/zoo/released.json"
 PLAN_BLOCK = "gpu-plan"
 """The marker name of the plan's quote on a page: ``<!-- results:gpu-plan -->``."""
 CHECKS = {"step-parity": "benchmarks/results/gpu_step_parity.json",
@@ -54,12 +63,39 @@ CHECKS = {"step-parity": "benchmarks/results/gpu_step_parity.json",
 """Each check and the file that records it once it ran on a GPU (where its result lands)."""
 
 
+def runs_dir(budget: str) -> str:
+    """Where a budget's run records live: ``results/<budget>/runs``."""
+    return f"results/{budget}/runs"
+
+
+def split_run(run: str) -> tuple[str, str, int]:
+    """``gpu-cifar100/hscl-beta-s0`` -> ("gpu-cifar100", "hscl-beta", 0)."""
+    budget, _, name = run.partition("/")
+    method, _, seed = name.rpartition("-s")
+    return budget, method, int(seed)
+
+
+def record_path(run: str) -> str:
+    """The repository path of a run's record: ``results/<budget>/runs/<method>-s<seed>.json``."""
+    budget, _, name = run.partition("/")
+    return f"{runs_dir(budget)}/{name}.json"
+
+
+def release_name(run: str, tag: str = RELEASE_TAG) -> str:
+    """``gpu-cifar100/hscl-beta-s0`` -> ``hscl-beta-cifar100.gpu-30ep``: the zoo entry the run
+    trains, tagged with its budget."""
+    budget, method, _ = split_run(run)
+    return f"{method}-{BUDGETS[budget].settings['dataset']}.{tag}"
+
+
 @dataclass(frozen=True)
 class State:
-    """What exists: finished gpu-cifar10 runs ("ucl-s0", ...) and the checks already run on a GPU."""
+    """What exists: finished runs ("gpu-cifar10/ucl-s0", ...), published releases
+    ("ucl-cifar10.gpu-30ep", ...) and the checks already run on a GPU."""
 
     runs: frozenset[str] = frozenset()
     checks: frozenset[str] = frozenset()
+    releases: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -76,43 +112,48 @@ class Costs:
 class Item:
     """One unit of a call's work. `must_fit`: the seconds that have to fit the time left for it
     to start (a pair's training); `seconds`: the whole item's estimate, releases included, which
-    are packed as they land and so need not fit (a cut call keeps the runs)."""
+    are packed as they land and so need not fit (a cut call keeps the runs). `releases`: the
+    zoo entries its runs publish."""
 
     kind: str
     runs: tuple[str, ...] = ()
     check: str | None = None
     seconds: float = 0.0
     must_fit: float = 0.0
+    releases: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return self.check if self.kind == "check" else "train " + " ".join(self.runs)
-
-    @property
-    def releases(self) -> tuple[str, ...]:
-        """Release names of the item's seed-0 runs."""
-        return tuple(release_name(run) for run in self.runs if run.endswith("-s0"))
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "runs": list(self.runs), "check": self.check,
                 "releases": list(self.releases), "seconds": round(self.seconds, 1), "must_fit": round(self.must_fit, 1)}
 
 
-def release_name(run: str, tag: str = RELEASE_TAG) -> str:
-    """``ucl-s0`` -> ``ucl-cifar10.gpu-30ep``: the zoo entry the run trains, tagged with its budget."""
-    method, _, _ = run.rpartition("-s")
-    return f"{method}-cifar10.{tag}"
-
-
 def priority() -> list[str]:
-    """Every gpu-cifar10 run the sprint wants, most valuable first."""
-    return [f"{m}-s0" for m in SEED0_FIRST] + [f"{m}-s{seed}" for seed in LATER_SEEDS for m in METHOD_ORDER]
+    """Every run the sprint wants, most valuable first (`WORK` expanded, each run once)."""
+    runs = [f"{budget}/{method}-s{seed}" for budget, seeds, methods in WORK for seed in seeds for method in methods]
+    return list(dict.fromkeys(runs))
+
+
+def releases_of(run: str, state: State) -> tuple[str, ...]:
+    """The release a run publishes: its zoo entry when it is a seed-0 run not yet released."""
+    if split_run(run)[2] != 0 or release_name(run) in state.releases:
+        return ()
+    return (release_name(run),)
+
+
+def missing(run: str, state: State) -> bool:
+    """Whether `run` is still to train: no record yet, or a seed-0 run whose release is missing
+    (the CIFAR-10 SCL and H-SCL(beta) weights of the first GPU session were lost)."""
+    return run not in state.runs or bool(releases_of(run, state))
 
 
 def ready(run: str, done: Iterable[str]) -> bool:
-    """Whether `run` can start now: an H-SCL(tau) run needs its seed's SCL record to exist."""
-    method, _, seed = run.rpartition("-s")
-    return method != "hscl-tau" or f"scl-s{seed}" in set(done)
+    """Whether `run` can start now: an H-SCL(tau) run needs the SCL record of its budget and seed."""
+    budget, method, seed = split_run(run)
+    return method != "hscl-tau" or f"{budget}/scl-s{seed}" in set(done)
 
 
 def next_item(state: State, costs: Costs, elapsed: float, budget: float = CALL_SECONDS,
@@ -121,12 +162,12 @@ def next_item(state: State, costs: Costs, elapsed: float, budget: float = CALL_S
     seconds, or None. Items named in `skip` (tried this call) are passed over."""
     skip = set(skip)
     left = budget - elapsed
-    missing = [r for r in priority() if r not in state.runs and r not in skip and ready(r, state.runs)]
-    if missing and costs.pair <= left:
-        pair = missing[:2]  # `ready` reads finished runs only: H-SCL(tau) never pairs with its own SCL
-        releases = sum(1 for r in pair if r.endswith("-s0"))
-        return Item("train", tuple(pair), seconds=costs.pair + (costs.release if releases else 0.0),
-                    must_fit=costs.pair)
+    todo = [r for r in priority() if missing(r, state) and r not in skip and ready(r, state.runs)]
+    if todo and costs.pair <= left:
+        pair = tuple(todo[:2])  # `ready` reads finished runs only: H-SCL(tau) never pairs with its own SCL
+        releases = tuple(name for run in pair for name in releases_of(run, state))
+        return Item("train", pair, seconds=costs.pair + (costs.release if releases else 0.0), must_fit=costs.pair,
+                    releases=releases)
     if left < CHECKS_NEED_SECONDS:
         return None
     for check in CHECKS:
@@ -138,8 +179,8 @@ def next_item(state: State, costs: Costs, elapsed: float, budget: float = CALL_S
 def done_after(state: State, item: Item) -> State:
     """The state once `item` has landed."""
     if item.kind == "check":
-        return State(state.runs, state.checks | {item.check})
-    return State(state.runs | set(item.runs), state.checks)
+        return State(state.runs, state.checks | {item.check}, state.releases)
+    return State(state.runs | set(item.runs), state.checks, state.releases | set(item.releases))
 
 
 def plan(state: State, costs: Costs, budget: float = CALL_SECONDS, elapsed: float = 0.0) -> list[Item]:
@@ -161,11 +202,23 @@ def plan_calls(state: State, costs: Costs, budget: float = CALL_SECONDS, limit: 
     return calls
 
 
+def datasets_of(items: Iterable[Item]) -> list[str]:
+    """The datasets a call's items train on, in first-use order: what the call must carry."""
+    names = [BUDGETS[split_run(run)[0]].settings["dataset"] for item in items for run in item.runs]
+    return list(dict.fromkeys(names))
+
+
 def state_of(root: Path = ROOT) -> State:
-    """The State of a checkout (or of a sprint's view of one): run records under RUNS_DIR, and
-    each check whose result file exists."""
-    runs = frozenset(p.stem for p in (root / RUNS_DIR).glob("*-s[0-9]*.json"))
-    return State(runs, frozenset(name for name, path in CHECKS.items() if (root / path).is_file()))
+    """The State of a checkout (or of a sprint's view of one): run records under each GPU
+    budget's runs folder, the releases the registry lists or the view holds, and each check
+    whose result file exists."""
+    runs = frozenset(f"{budget}/{p.stem}" for budget in GPU_BUDGETS
+                     for p in (root / runs_dir(budget)).glob("*-s[0-9]*.json"))
+    registry = root / RELEASES_REGISTRY
+    releases = set(json.loads(registry.read_text())) if registry.is_file() else set()
+    releases |= {p.parent.name for p in (root / "releases").glob("*/eval.json")}
+    checks = frozenset(name for name, path in CHECKS.items() if (root / path).is_file())
+    return State(runs, checks, frozenset(releases))
 
 
 def _measured(root: Path, prefix: str) -> tuple[float, str] | None:
@@ -194,9 +247,10 @@ def costs_of(root: Path = ROOT) -> Costs:
     release = _measured(root, "release-")
     if release is None:
         outside = [(r["wall_seconds"] - sum(h.get("wall_seconds", h["epoch_seconds"]) for h in r["history"]), p)
-                   for p in sorted((root / RUNS_DIR).glob("*.json")) for r in [json.loads(p.read_text())]]
+                   for budget in GPU_BUDGETS for p in sorted((root / runs_dir(budget)).glob("*.json"))
+                   for r in [json.loads(p.read_text())]]
         if not outside:
-            raise SystemExit(f"error: no run record under {root / RUNS_DIR} to estimate a release from.")
+            raise SystemExit(f"error: no GPU run record under {root / 'results'} to estimate a release from.")
         seconds, path = max(outside)
         release = (seconds, path.relative_to(root).as_posix())
     parity = _measured(root, "parity") or _measured(root, "step-parity")
@@ -224,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-seconds", type=float, default=CALL_SECONDS)
     p.add_argument("--skip", nargs="*", default=[], help="items tried this call (run or check names)")
     p.add_argument("--show", action="store_true", help="print the plan of every call until nothing is missing")
+    p.add_argument("--datasets", action="store_true", help="print the datasets the next call trains on, one a line")
     p.add_argument("--quote", type=Path, nargs="+", default=[],
                    help="with --show: also rewrite these pages' <!-- results:gpu-plan --> block (docs/gpu.md)")
     args = p.parse_args(argv)
@@ -235,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         for page in args.quote:
             page.write_text(replace_block(page.read_text(encoding="utf-8"), PLAN_BLOCK, text), encoding="utf-8")
         print(text, end="")
+        return 0
+    if args.datasets:
+        print("".join(f"{name}\n" for name in datasets_of(plan(state, costs, args.budget_seconds))), end="")
         return 0
     item = next_item(state, costs, args.elapsed, args.budget_seconds, args.skip)
     if item is not None:

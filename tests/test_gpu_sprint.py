@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_sprint.sh"
-CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+CIFAR10 = SHARED_DATA / "cifar10"
 
 
 def sprint(*args: str, env: dict[str, str], timeout: int = 1500) -> subprocess.CompletedProcess:
@@ -37,7 +38,7 @@ def test_bad_arguments_are_refused_with_one_line(tmp_path, args, message):
 def test_missing_data_is_refused_before_anything_is_written(tmp_path):
     result = sprint("--rehearse", "check", env={"STATE": str(tmp_path / "state"), "DATA": str(tmp_path / "nowhere"),
                                                 "OUT": str(tmp_path / "out")})
-    assert result.returncode == 3 and "no CIFAR-10 parquet folder" in result.stderr and "pack" in result.stderr
+    assert result.returncode == 3 and "no data folder" in result.stderr and "pack" in result.stderr
     assert not (tmp_path / "state").exists() and not (tmp_path / "out").exists()
 
 
@@ -46,7 +47,7 @@ def test_the_rehearsal_runs_the_check_and_measure_steps_and_packs_their_results(
     if not CIFAR10.is_dir():
         pytest.skip(f"{CIFAR10} is absent (a user's clone); CI has it")
     state, out = tmp_path / "state", tmp_path / "out"
-    env = {"STATE": str(state), "OUT": str(out), "DATA": str(CIFAR10), "OMP_NUM_THREADS": "2"}
+    env = {"STATE": str(state), "OUT": str(out), "DATA": str(SHARED_DATA), "OMP_NUM_THREADS": "2"}
     result = sprint("--rehearse", "check", "measure", env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 

@@ -1,47 +1,66 @@
-"""The GPU sprint's planner (benchmarks/sprint_plan.py): from what exists, the missing gpu-cifar10
-runs in the issue's order, two side by side, H-SCL(tau) only after its seed's SCL, nothing redone,
-and the call's time budget (a pair must fit; the checks need four minutes)."""
+"""The GPU sprint's planner (benchmarks/sprint_plan.py): from what exists, the missing runs in the
+issue's order (the CIFAR-100 row at seed 0 with H-SCL(beta) first, then CIFAR-10's missing
+seed-0 releases, then seeds 1 and 2), two side by side, H-SCL(tau) only after the SCL run of its
+budget and seed, nothing redone, and the call's time budget (a pair must fit; the checks need four
+minutes)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from helpers import REPO, load_script
 
 plan = load_script("benchmarks", "sprint_plan")
 COSTS = plan.Costs(pair=500.0, release=100.0, checks={"step-parity": 30.0, "loss-memory": 240.0})
-COMMITTED = plan.State(frozenset({"scl-s0", "hscl-beta-s0"}))
-ALL_RUNS = {f"{m}-s{s}" for m in ("ucl", "hucl", "scl", "hscl-beta", "hscl-tau") for s in (0, 1, 2)}
+METHODS = ("ucl", "hucl", "scl", "hscl-beta", "hscl-tau")
+C10 = {f"gpu-cifar10/{m}-s0" for m in ("ucl", "hucl", "scl", "hscl-beta")}
+COMMITTED = plan.State(frozenset(C10), releases=frozenset({"ucl-cifar10.gpu-30ep", "hucl-cifar10.gpu-30ep"}))
+"""What the repository held when the CIFAR-100 row was planned: four CIFAR-10 records, two releases."""
+ALL_RUNS = {f"{b}/{m}-s{s}" for b in ("gpu-cifar10", "gpu-cifar100") for m in METHODS for s in (0, 1, 2)}
+ALL_RELEASES = {f"{m}-{d}.gpu-30ep" for m in METHODS for d in ("cifar10", "cifar100")}
 
 
-def test_the_first_call_trains_ucl_and_hucl_seed_0_side_by_side_and_releases_both():
+def test_the_first_call_trains_the_flagship_and_scl_on_cifar100_side_by_side_and_releases_both():
     item = plan.next_item(COMMITTED, COSTS, elapsed=0)
-    assert item.kind == "train" and item.runs == ("ucl-s0", "hucl-s0")
-    assert item.releases == ("ucl-cifar10.gpu-30ep", "hucl-cifar10.gpu-30ep")
+    assert item.kind == "train" and item.runs == ("gpu-cifar100/hscl-beta-s0", "gpu-cifar100/scl-s0")
+    assert item.releases == ("hscl-beta-cifar100.gpu-30ep", "scl-cifar100.gpu-30ep")
     assert item.must_fit == 500 and item.seconds == 600
     assert plan.plan(COMMITTED, COSTS) == [item]  # 40 s are left after it: no second pair, no checks
+    assert plan.datasets_of([item]) == ["cifar100"]
 
 
-def test_the_calls_train_every_missing_run_once_in_the_issues_order_then_the_checks():
+def test_the_calls_deliver_the_cifar100_row_then_cifar10s_releases_then_the_seeds():
     calls = plan.plan_calls(COMMITTED, COSTS)
     runs = [run for items in calls for item in items for run in item.runs]
-    assert runs[:3] == ["ucl-s0", "hucl-s0", "hscl-tau-s0"]
-    assert sorted(runs) == sorted(ALL_RUNS - COMMITTED.runs)  # each missing run once, no finished one again
-    assert all(run.endswith(("-s1", "-s2")) for run in runs[3:])
-    assert runs.index("hscl-tau-s1") > runs.index("scl-s1") and runs.index("hscl-tau-s2") > runs.index("scl-s2")
+    assert runs[:5] == [f"gpu-cifar100/{m}-s0" for m in ("hscl-beta", "scl", "hucl", "ucl", "hscl-tau")]
+    # CIFAR-10: H-SCL(tau) has no record; SCL and H-SCL(beta) have records but their weights were lost
+    assert runs[5:8] == ["gpu-cifar10/hscl-tau-s0", "gpu-cifar10/scl-s0", "gpu-cifar10/hscl-beta-s0"]
+    assert all(run.endswith(("-s1", "-s2")) for run in runs[8:])
+    assert sorted(runs) == sorted((ALL_RUNS - C10) | {"gpu-cifar10/scl-s0", "gpu-cifar10/hscl-beta-s0"})
+    for budget in ("gpu-cifar10", "gpu-cifar100"):
+        for seed in (1, 2):
+            assert runs.index(f"{budget}/hscl-tau-s{seed}") > runs.index(f"{budget}/scl-s{seed}")
+    released = [name for items in calls for item in items for name in item.releases]
+    assert sorted(released) == sorted(ALL_RELEASES - COMMITTED.releases)  # each missing release once
     assert [item.check for item in calls[-1]] == ["step-parity", "loss-memory"]
-    later = [item for items in calls[2:] for item in items if item.kind == "train"]
-    assert later and all(item.seconds == COSTS.pair and not item.releases for item in later)  # only seed 0 releases
-    assert not plan.plan(plan.State(frozenset(ALL_RUNS), frozenset(plan.CHECKS)), COSTS)
+    assert not plan.plan(plan.State(frozenset(ALL_RUNS), frozenset(plan.CHECKS), frozenset(ALL_RELEASES)), COSTS)
 
 
 def test_hscl_tau_never_starts_beside_the_scl_run_it_reads():
-    done = {f"{m}-s0" for m in ("ucl", "hucl", "scl", "hscl-beta", "hscl-tau")} | {"hscl-beta-s1", "hucl-s1", "ucl-s1"}
-    state = plan.State(frozenset(done))
+    done = {f"gpu-cifar100/{m}-s0" for m in ("hscl-beta", "hucl", "ucl")}
+    state = plan.State(frozenset(done | C10), releases=frozenset(ALL_RELEASES))
     first = plan.next_item(state, COSTS, 0)
-    assert first.runs == ("scl-s1", "scl-s2")  # hscl-tau-s1 comes before scl-s2 in priority, but waits for scl-s1
-    assert plan.next_item(plan.done_after(state, first), COSTS, 0).runs == ("hscl-tau-s1", "hscl-beta-s2")
+    # gpu-cifar100/hscl-tau-s0 comes second in priority but waits for its SCL
+    assert first.runs == ("gpu-cifar100/scl-s0", "gpu-cifar10/hscl-tau-s0")
+    assert plan.next_item(plan.done_after(state, first), COSTS, 0).runs[0] == "gpu-cifar100/hscl-tau-s0"
+    assert not plan.ready("gpu-cifar10/hscl-tau-s1", {"gpu-cifar100/scl-s1"})  # another budget's SCL is not its own
+
+
+def test_a_run_with_a_record_but_no_release_is_trained_again_and_one_with_both_is_not():
+    state = plan.State(frozenset(ALL_RUNS), frozenset(plan.CHECKS), frozenset(ALL_RELEASES - {"scl-cifar10.gpu-30ep"}))
+    item = plan.next_item(state, COSTS, 0)
+    assert item.runs == ("gpu-cifar10/scl-s0",) and item.releases == ("scl-cifar10.gpu-30ep",)
+    assert plan.missing("gpu-cifar10/scl-s1", plan.State()) and not plan.missing("gpu-cifar10/scl-s1", state)
 
 
 def test_a_pair_starts_only_when_its_training_fits_the_time_left():
@@ -51,46 +70,63 @@ def test_a_pair_starts_only_when_its_training_fits_the_time_left():
 
 
 def test_the_checks_need_four_minutes_left():
-    ran_parity = plan.State(COMMITTED.runs, frozenset({"step-parity"}))
+    ran_parity = plan.State(COMMITTED.runs, frozenset({"step-parity"}), COMMITTED.releases)
     assert plan.next_item(ran_parity, COSTS, elapsed=540 - 240).check == "loss-memory"
-    assert plan.next_item(plan.State(COMMITTED.runs), COSTS, elapsed=540 - 239) is None  # parity alone would fit
+    assert plan.next_item(COMMITTED, COSTS, elapsed=540 - 239) is None  # parity alone would fit
 
 
 def test_an_item_tried_this_call_is_not_tried_again():
-    item = plan.next_item(COMMITTED, COSTS, 0, budget=5000, skip=["ucl-s0", "hucl-s0"])
-    assert item.runs == ("hscl-tau-s0", "scl-s1")
-    assert plan.next_item(plan.State(frozenset(ALL_RUNS)), COSTS, 0, skip=["step-parity"]).check == "loss-memory"
+    item = plan.next_item(COMMITTED, COSTS, 0, budget=5000, skip=["gpu-cifar100/hscl-beta-s0", "gpu-cifar100/scl-s0"])
+    assert item.runs == ("gpu-cifar100/hucl-s0", "gpu-cifar100/ucl-s0")
+    done = plan.State(frozenset(ALL_RUNS), releases=frozenset(ALL_RELEASES))
+    assert plan.next_item(done, COSTS, 0, skip=["step-parity"]).check == "loss-memory"
+
+
+def test_release_names_carry_the_budgets_dataset():
+    assert plan.release_name("gpu-cifar100/hscl-beta-s0") == "hscl-beta-cifar100.gpu-30ep"
+    assert plan.release_name("gpu-cifar10/hscl-tau-s2") == "hscl-tau-cifar10.gpu-30ep"
+    assert plan.record_path("gpu-cifar100/scl-s1") == "results/gpu-cifar100/runs/scl-s1.json"
 
 
 def test_state_and_costs_come_from_the_files(tmp_path):
-    runs = tmp_path / plan.RUNS_DIR
+    runs = tmp_path / plan.runs_dir("gpu-cifar10")
     runs.mkdir(parents=True)
     (runs / "ucl-s0.json").write_text(json.dumps({"wall_seconds": 100.0, "history": [
         {"epoch_seconds": 20.0, "wall_seconds": 25.0}, {"epoch_seconds": 20.0, "wall_seconds": 30.0}]}))
     (runs / "ucl-s0").mkdir()  # a run folder is not a finished run
+    (tmp_path / plan.runs_dir("gpu-cifar100") / "hucl-s1").mkdir(parents=True)
     (tmp_path / "benchmarks/results").mkdir(parents=True)
     (tmp_path / plan.CHECKS["loss-memory"]).write_text("{}")
+    (tmp_path / plan.RELEASES_REGISTRY).parent.mkdir(parents=True)
+    (tmp_path / plan.RELEASES_REGISTRY).write_text(json.dumps({"ucl-cifar10.gpu-30ep": {}}))
+    (tmp_path / "releases/scl-cifar100.gpu-30ep").mkdir(parents=True)
+    (tmp_path / "releases/scl-cifar100.gpu-30ep/eval.json").write_text("{}")  # landed in a view, not registered yet
+    (tmp_path / "releases/hucl-cifar100.gpu-30ep").mkdir()  # a folder without its evaluation is no release
     log = {"parts": [{"part": "train-ucl", "exit": 0, "seconds": 300}, {"part": "train-hucl", "exit": 0, "seconds": 310},
                      {"part": "parity", "exit": 1, "seconds": 20}, {"part": "loss-bench", "exit": None, "seconds": None}]}
     (tmp_path / "benchmarks/results/x_sprint.json").write_text(json.dumps(log))
-    assert plan.state_of(tmp_path) == plan.State(frozenset({"ucl-s0"}), frozenset({"loss-memory"}))
+    assert plan.state_of(tmp_path) == plan.State(frozenset({"gpu-cifar10/ucl-s0"}), frozenset({"loss-memory"}),
+                                                 frozenset({"ucl-cifar10.gpu-30ep", "scl-cifar100.gpu-30ep"}))
     costs = plan.costs_of(tmp_path)
     assert (costs.pair, costs.release, costs.checks["step-parity"]) == (310, 45, 20)  # 100 - 25 - 30 outside epochs
 
 
-def test_the_committed_files_give_the_first_sessions_numbers():
-    sprint = json.loads((REPO / "benchmarks/results/h100_sprint.json").read_text())
-    trained = [p["seconds"] for p in sprint["parts"] if p["part"].startswith("train-")]
+def test_the_committed_files_give_the_sessions_numbers():
+    trained = [p["seconds"] for path in (REPO / "benchmarks/results").glob("*sprint*.json")
+               for p in json.loads(path.read_text())["parts"] if p["part"].startswith("train-")]
     costs = plan.costs_of(REPO)
-    assert costs.pair == max(trained) and costs.sources["pair"] == "benchmarks/results/h100_sprint.json"
-    assert {"scl-s0", "hscl-beta-s0"} <= plan.state_of(REPO).runs
+    assert costs.pair == max(trained)
+    state = plan.state_of(REPO)
+    assert {"gpu-cifar10/scl-s0", "gpu-cifar10/hscl-beta-s0"} <= state.runs
+    assert {"ucl-cifar10.gpu-30ep", "hucl-cifar10.gpu-30ep"} <= state.releases
 
 
 def test_the_command_prints_the_next_item_as_one_json_line(capsys):
     assert plan.main(["--root", str(REPO), "--elapsed", "0"]) == 0
     printed = json.loads(capsys.readouterr().out)
+    state = plan.state_of(REPO)
     assert printed["kind"] == "train" and len(printed["runs"]) == 2
-    assert all(run not in plan.state_of(REPO).runs for run in printed["runs"])
+    assert all(plan.missing(run, state) for run in printed["runs"])
 
 
 def test_the_gpu_page_quotes_the_plan_the_committed_files_give():

@@ -18,12 +18,12 @@ from helpers import REPO, load_script
 
 plan = load_script("benchmarks", "sprint_plan")
 pack = load_script("benchmarks", "sprint_pack")
-CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
+SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 def rehearse(tmp: Path, name: str, view: Path | None = None) -> tuple[subprocess.CompletedProcess, Path, dict]:
     state, out = tmp / name / "state", tmp / name / "out"
-    env = {**os.environ, "PYTHON": sys.executable, "STATE": str(state), "OUT": str(out), "DATA": str(CIFAR10),
+    env = {**os.environ, "PYTHON": sys.executable, "STATE": str(state), "OUT": str(out), "DATA": str(SHARED_DATA),
            "OMP_NUM_THREADS": "1", **({"VIEW": str(view)} if view else {})}
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_sprint.sh"), "--rehearse", "next"], cwd=REPO,
                             capture_output=True, text=True, env=env, timeout=1800)
@@ -35,26 +35,33 @@ def rehearse(tmp: Path, name: str, view: Path | None = None) -> tuple[subprocess
 
 @pytest.mark.slow
 def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_path):
-    if not CIFAR10.is_dir():
-        pytest.skip(f"{CIFAR10} is absent (a user's clone); CI has it")
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent (a user's clone); CI has it")
     expected = plan.plan_calls(plan.state_of(REPO), plan.costs_of(REPO))
     _, out, log = rehearse(tmp_path, "first")
     assert [item["name"] for item in log["plan"]] == [item.name for item in expected[0]]
     first = expected[0][0]
     assert log["rehearsal"] and log["source"]["commit"] and len(log["source"]["diff_sha256"]) == 64
-    assert {p["part"] for p in log["parts"]} == {f"{kind}-{run}" for run in first.runs
+    assert {p["part"] for p in log["parts"]} == {f"{kind}-{run.replace('/', '-')}" for run in first.runs
                                                  for kind in ("train", "weights", "release") if kind == "train" or run.endswith("-s0")}
     assert all(p["exit"] == 0 for p in log["parts"])
+    for part in (p for p in log["parts"] if p["part"].startswith("train-")):  # where each run's wall time went
+        timings = part["timings"]
+        assert timings["training"] + timings["outside_training"] == pytest.approx(timings["wall"], abs=1e-2)
+        assert sum(timings["items"].values()) == pytest.approx(timings["outside_training"], abs=1e-2)
+        assert timings["items"]["evaluation"] == pytest.approx(sum(timings["evaluation"].values()), abs=1e-2)
+        assert min(timings["items"].values()) >= 0 and timings["evaluation"]["features"] > 0
     files = list(out.iterdir())
     assert len(files) <= pack.MAX_FILES and max(f.stat().st_size for f in files) <= pack.MAX_FILE_BYTES
     assert sum(f.stat().st_size for f in files) <= pack.MAX_TOTAL_BYTES
     landed = tmp_path / "first" / "landed"
     for run, release in zip(first.runs, first.releases):
-        record = json.loads((landed / plan.RUNS_DIR / f"{run}.json").read_text())
-        assert record["method"] == run.rsplit("-s", 1)[0] and len(record["history"]) == 1
+        budget, method, _ = plan.split_run(run)
+        record = json.loads((landed / plan.record_path(run)).read_text())
+        assert record["method"] == method and len(record["history"]) == 1
         evaluation = json.loads((landed / "releases" / release / "eval.json").read_text())
         assert evaluation["stored_dtype"] == "bfloat16" and evaluation["float32_run"]["top1"] == record["top1"]
-        assert evaluation["budget"] == BUDGETS["gpu-cifar10-rehearsal"].description  # its card says what data it read
+        assert evaluation["budget"] == BUDGETS[f"{budget}-rehearsal"].description  # its card says what data it read
         shards = list((landed / "releases" / release).glob("*.safetensors"))
         assert shards and all(s.stat().st_size < 16 * 2**20 for s in shards)
         assert not (landed / "runs" / "gpu-weights" / run).exists()  # the release replaced its weights in the pack
@@ -64,4 +71,5 @@ def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_p
     _, _, again = rehearse(tmp_path, "second", view=second_view)
     assert [item["name"] for item in again["plan"]] == [item.name for item in expected[1]]
     trained = {p["part"].removeprefix("train-") for p in again["parts"] if p["part"].startswith("train-")}
-    assert trained == set(expected[1][0].runs) and not trained & set(first.runs)
+    assert trained == {run.replace("/", "-") for run in expected[1][0].runs}
+    assert not trained & {run.replace("/", "-") for run in first.runs}

@@ -63,10 +63,37 @@ def run_or_reuse(runs: Path, name: str, settings: Callable[[], dict[str, Any]], 
         "config": json.loads((run_dir / "config.json").read_text()),
         "probe_protocol": evaluation["protocol"],
         "evaluation_seconds": evaluation.get("seconds"),
+        "timings": timings(time.perf_counter() - started, history, run_dir),
         "features_from": evaluation.get("features_from"),
     }
     record_path.write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def timings(wall: float, history: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+    """Where a run's wall seconds went: ``training`` (the epochs' steps, `epoch_seconds`) and
+    ``outside_training`` (the rest) with its items: ``start`` (the interpreter, imports and
+    anything before the recipe's first line), ``arguments``, ``data``, ``setup``, the epochs'
+    ``monitor`` and ``checkpoints_and_logs`` (an epoch's wall time beyond its steps and monitor),
+    ``evaluation`` (features and each metric, from linear_eval.json) and ``export`` (the rest of
+    the finish: the Hub folder). Phases come from the recipe's phase_seconds.json; without it (an
+    older recipe) only the two totals."""
+    training = sum(h["epoch_seconds"] for h in history)
+    result: dict[str, Any] = {"wall": round(wall, 3), "training": round(training, 3),
+                              "outside_training": round(wall - training, 3)}
+    phases_path = run_dir / "phase_seconds.json"
+    if not phases_path.is_file():
+        return result
+    phases = json.loads(phases_path.read_text())
+    evaluation = json.loads((run_dir / "linear_eval.json").read_text()).get("seconds") or {}
+    monitor = sum(h.get("monitor_seconds", 0.0) for h in history)
+    items = {"start": wall - sum(phases.values()), "arguments": phases["arguments"], "data": phases["data"],
+             "setup": phases["setup"], "monitor": monitor,
+             "checkpoints_and_logs": phases["epochs"] - training - monitor,
+             "evaluation": sum(evaluation.values()), "export": phases["finish"] - sum(evaluation.values())}
+    result["items"] = {name: round(value, 3) for name, value in items.items()}
+    result["evaluation"] = evaluation
+    return result
 
 
 def hardware() -> str:

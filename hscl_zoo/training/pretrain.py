@@ -24,9 +24,11 @@ encoder, optimizer, views), `hscl_zoo.training.epochs` (the epochs, resume and s
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
         raise SystemExit(128 + signal.SIGINT) from None
 
 
+PHASES = ("arguments", "data", "setup", "epochs", "finish")
+"""The phases of a run's process, in order, that ``phase_seconds.json`` times: the config and
+the accelerator; loading the dataset; the encoder, optimizer, views (the image cache is decoded
+here), kNN monitor and run folder; the epochs (their monitors and checkpoints included); the final
+evaluation and the Hub folder."""
+
+
+def write_phase_seconds(run_dir: Path, clock: dict[str, float]) -> None:
+    """``<run_dir>/phase_seconds.json``: the wall seconds of each of `PHASES` in this process (a
+    resumed run's covers its last process only), from the times `clock` noted at their ends."""
+    ends = [clock["started"], *(clock[name] for name in PHASES)]
+    seconds = {name: round(b - a, 3) for name, a, b in zip(PHASES, ends, ends[1:])}
+    (run_dir / "phase_seconds.json").write_text(json.dumps(seconds, indent=2) + "\n")
+
+
 def lost_process_message(error: RuntimeError) -> str | None:
     """The one-line report of a collective operation that failed because another process of the
     run died, or hung longer than ``dist_timeout`` (NCCL raises a DistBackendError, gloo a plain
@@ -92,6 +109,7 @@ def lost_process_message(error: RuntimeError) -> str | None:
 def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     """Parse `argv` (as `recipes/pretrain.py` does), train, probe and export; returns the linear
     evaluation and ``hub_dir`` on the main process ({} elsewhere). Refusals raise SystemExit."""
+    clock = {"started": time.perf_counter()}
     cfg, args, overrides = parse_args(argv, prog)
     cfg = resolve_run(cfg, args, overrides)
     run_dir = Path(cfg.output_dir)
@@ -105,7 +123,9 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     if cfg.chunk_size is not None:
         check_chunk_size(cfg.chunk_size, cfg.batch_size, cfg.views, world)
 
+    clock["arguments"] = time.perf_counter()
     data, cfg = load_training_data(cfg, accelerator)
+    clock["data"] = time.perf_counter()
     if cfg.batch_size > len(data.train):
         raise SystemExit(
             f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
@@ -124,16 +144,20 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         accelerator.wait_for_everyone()
         if cfg.log_with:
             accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
+        clock["setup"] = time.perf_counter()
         with StopOnSignal(on_force_exit=lock.release if lock else None) as stop:
             stopped = train_epochs(cfg, args, accelerator, run_dir, encoder, model, data, monitor, train_set, augment,
                                    loader, forward, optimizer, loss_fn, fast=fast, plan=plan, stop=stop)
         if stopped is not None:
             accelerator.end_training()
             raise SystemExit(exit_status(stopped))
+        clock["epochs"] = time.perf_counter()
         result: dict[str, Any] = {}
         if accelerator.is_main_process:
             result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
                                 config_path=args.config, images=image_caches(data, train_set, monitor))
+            clock["finish"] = time.perf_counter()
+            write_phase_seconds(run_dir, clock)
         accelerator.wait_for_everyone()
         accelerator.end_training()
         return result
