@@ -52,16 +52,18 @@ def alignment(a: Tensor, b: Tensor, *, alpha: float = 2.0) -> float:
 
 def uniformity(z: Tensor, *, t: float = 2.0, chunk_size: int = 1024) -> float:
     """``log`` of the mean of ``exp(-t ||z_i - z_j||^2)`` over pairs ``i < j`` of the L2-normalised
-    rows of ``z`` (N >= 2), summed in log space ``chunk_size`` rows at a time (O(chunk x N) memory)."""
+    rows of ``z`` (N >= 2), summed in log space ``chunk_size`` rows at a time (O(chunk x N) memory),
+    on the device ``z`` is on."""
     if z.ndim != 2 or len(z) < 2:
         raise ValueError(f"uniformity needs an (N, D) tensor with N >= 2, got shape {tuple(z.shape)}")
     z = F.normalize(z.double(), dim=1)
     n = len(z)
     parts = []
+    index = torch.arange(n, device=z.device)
     for start in range(0, n, chunk_size):
         rows = z[start : start + chunk_size]
-        squared = (2.0 - 2.0 * rows @ z.T).clamp_min(0.0)
-        above = torch.arange(n)[None, :] > torch.arange(start, start + len(rows))[:, None]
+        squared = (2.0 - 2.0 * rows @ z[start:].T).clamp_min(0.0)  # the columns at or right of the chunk's diagonal
+        above = index[None, start:] > index[start : start + len(rows), None]
         parts.append(torch.where(above, -t * squared, -torch.inf).logsumexp(dim=(0, 1)))
     return float(torch.stack(parts).logsumexp(dim=0) - math.log(n * (n - 1) / 2))
 
@@ -184,7 +186,7 @@ def audit(
                 projected.append(z.cpu())
     finally:
         model.train(was_training)
-    z = torch.cat(projected)
+    z = torch.cat(projected).to(target)  # uniformity's N x N similarities run where the model does
     diagnostics = meter.compute()
     names = [str(name) for name in data.class_names]
     return {

@@ -94,12 +94,17 @@ def test_a_committed_release_loads_by_name_and_scores_its_eval(name, shared_data
     test = _test_split(model.training_summary["recipe_config"], shared_data)
     assert len(test) == evaluation["test_images"]
     top1 = _head_top1(model, test)
-    assert top1 == pytest.approx(evaluation["linear_top1"], abs=1e-4)  # float32 mean; an image is 1/3 point
+    # Counted on this CPU, the head's top-1 is the eval's to the image when the eval ran on a CPU; a
+    # GPU's convolutions sum in another order, which flips near-tied logits: up to 2 images then
+    # (scl-cifar100.gpu-30ep: 51.58 here, 51.57 on the H100).
+    images = 0 if evaluation["hardware"].startswith("CPU") else 2
+    assert abs(top1 - evaluation["linear_top1"]) <= 100.0 * images / len(test) + 1e-4
     assert abs(top1 - evaluation["float32_run"]["top1"]) <= evaluation["max_top1_drop"]
-    assert entry.metrics["top1"] == round(top1, 2)
-    assert f"| this model ({entry.budget}) | {top1:.2f} |" in (REPO / "model_cards" / f"{name}.md").read_text()
+    quoted = evaluation["linear_top1"]
+    assert entry.metrics["top1"] == round(quoted, 2)
+    assert f"| this model ({entry.budget}) | {quoted:.2f} |" in (REPO / "model_cards" / f"{name}.md").read_text()
     card = (folder / "README.md").read_text()
-    assert f"top-1 {top1:.2f} %" in card and evaluation["budget"] == entry.budget and entry.budget in card
+    assert f"top-1 {quoted:.2f} %" in card and evaluation["budget"] == entry.budget and entry.budget in card
 
 
 @pytest.mark.parametrize("name", IMAGE)

@@ -44,7 +44,7 @@ def export_run(
     encoder.training_summary = training  # the audit reads the run's temperature and hardening from it
     if data.class_names:
         evaluation = evaluate_encoder(encoder, data, metrics=METRICS, epochs=cfg.probe_epochs, knn_k=cfg.knn_k,
-                                      seed=cfg.seed, device=device, images=images)
+                                      seed=cfg.seed, device=device, images=images, num_workers=cfg.num_workers)
         encoder.classifier.load_state_dict(evaluation.pop("head"))
         (run_dir / "linear_eval.json").write_text(json.dumps(evaluation, indent=2) + "\n")
     history = read_metrics(run_dir / "metrics.jsonl")
