@@ -27,8 +27,11 @@
 #            hscl-beta-cifar10 whose second epoch is trained again from the first's checkpoint.
 #   measure  benchmarks/loss_bench.py and benchmarks/train_throughput.py (ResNet-18 and ResNet-50,
 #            small stem, plain and fast, compile, augmentation alone, loss memory).
+#   overlap  ResNet-18's compute-only, end-to-end and end-to-end-overlapped rates on the packed
+#            CIFAR-100, then one gpu-cifar100 run (UCL, seed 0) alone, its seconds outside training
+#            itemised in its record.
 #
-# check and measure land in $STATE/results/ (STATE: runs/gpu-sprint, or runs/gpu-sprint-rehearsal),
+# check, measure and overlap land in $STATE/results/ (STATE: runs/gpu-sprint, or runs/gpu-sprint-rehearsal),
 # and each part of them packs the results and logs so far into $OUT/<step>.tgz (OUT: the device
 # tool's folder; $STATE/out when unset). A step whose result file exists is skipped.
 # Exit status: the number of failed parts (0: all passed).
@@ -42,12 +45,12 @@ ARGS=("$@")
 for arg in "$@"; do
   case $arg in
     --rehearse) REHEARSE=1 ;;
-    pack|next|check|measure) STEPS+=("$arg") ;;
+    pack|next|check|measure|overlap) STEPS+=("$arg") ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-    *) echo "error: unknown argument '$arg'; steps are pack, next, check, measure (and --rehearse)." >&2; exit 2 ;;
+    *) echo "error: unknown argument '$arg'; steps are pack, next, check, measure, overlap (and --rehearse)." >&2; exit 2 ;;
   esac
 done
-[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, next, check or measure (see --help)." >&2; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, next, check, measure or overlap (see --help)." >&2; exit 2; }
 
 PACK=.gpu
 WHEELS="datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0"
@@ -207,6 +210,23 @@ step_measure() {
     --json "$RES/augment.json"
   run loss-memory "$RES/loss-memory.json" "$PY" benchmarks/train_throughput.py --loss-memory --device $DEVICE \
     "${mem[@]}" --json "$RES/loss-memory.json"
+}
+
+# overlap: the views made one batch ahead, measured (issue 48): ResNet-18 data / compute / e2e /
+# e2e-overlap rows on the packed training set, then one run of gpu-cifar100 alone on the device
+# (UCL, seed 0), whose record itemises its seconds outside training.
+step_overlap() {
+  local name=${OVERLAP_DATA:-cifar100} tp=() budget=gpu-cifar100
+  if [ $REHEARSE = 1 ]; then
+    tp=(--batch-size 16 --steps 1 --warmup 1 --rows 64 --workers 0); budget=gpu-cifar100-rehearsal
+  else
+    tp=(--batch-size 512 --rows 50000 --workers 12)
+  fi
+  run overlap "$RES/overlap.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA/$name" --dataset $name \
+    --backbones resnet18 --losses hscl-beta --no-plain --channels-last --fused-optim --gpu-augment --cache --bf16 \
+    --overlap "${tp[@]}" --json "$RES/overlap.json"
+  run solo-run "$RES/ucl-s0.json" bash -c "\"$PY\" recipes/reproduce.py --budget $budget --data_dir '$DATA/cifar100' \
+    --seeds 0 --methods ucl --out '$STATE/solo' && cp '$STATE/solo/runs/ucl-s0.json' '$RES/ucl-s0.json'"
 }
 
 # next: the planner decides, from the files, what this call does; it packs $OUT itself.

@@ -7,7 +7,9 @@ Three modes, each printing markdown tables (ratios come from the same run):
     - data:    the data pipeline alone: decode -> augment -> views on the device, per batch;
     - compute: the step alone on pre-made tensors already on the device:
                forward both views -> loss -> backward -> optimizer step;
-    - e2e:     the whole step fed by a fresh pipeline (what a training run gets).
+    - e2e:     the whole step fed by a fresh pipeline, its views made before each step;
+    - e2e-overlap (with ``--overlap``): the same, the views made one batch ahead on a side
+               stream beside the step before (what a training run gets).
   Each row is one timed window of ``--steps`` steps after ``--warmup`` steps, the device
   synchronised only before and after it (a sync per step would measure latency, not throughput).
   The data and e2e stages first discard the batches the workers prepared ahead (``workers x
@@ -63,6 +65,7 @@ from hscl_zoo.data.catalog import DatasetSpec, get_spec
 from hscl_zoo.data.datasets import load_split
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.loaders import make_loader
+from hscl_zoo.data.overlap import OverlappedViews
 from hscl_zoo.data.raw_images import RawImageDataset
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
@@ -132,12 +135,12 @@ def cycle(loader) -> Iterator:
 
 
 def load_data(args: argparse.Namespace) -> tuple[datasets.Dataset, DatasetSpec, str]:
-    spec = get_spec("cifar10")
+    spec = get_spec(args.dataset)
     data_dir = Path(args.data_dir) if args.data_dir else DEFAULT_DATA
     if data_dir.is_dir():
-        train = load_split("cifar10", spec.train_split, data_dir)
+        train = load_split(args.dataset, spec.train_split, data_dir)
         rows = min(args.rows, len(train))
-        return train.select(range(rows)), spec, f"CIFAR-10 train ({data_dir}), first {rows} rows"
+        return train.select(range(rows)), spec, f"{spec.name} train ({data_dir}), first {rows} rows"
     rng = np.random.default_rng(0)
     images = []
     for _ in range(args.rows):
@@ -171,8 +174,10 @@ class Config:
 
 
 def make_pipeline(cfg: Config, train: datasets.Dataset, spec: DatasetSpec, args: argparse.Namespace,
-                  device: torch.device) -> tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], Any]:
-    """A callable giving the next (views (B*V, 3, S, S) on the device, labels) batch, and its loader."""
+                  device: torch.device, overlap: bool = False) -> tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], Any]:
+    """A callable giving the next (views (B*V, 3, S, S) on the device, labels) batch, and its loader.
+    ``overlap``: the device views made one batch ahead on a side stream (the recipe's
+    `hscl_zoo.data.overlap.OverlappedViews`), so that they are made while the step before runs."""
     pin = device.type == "cuda"
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if cfg.gpu_augment:
@@ -183,13 +188,16 @@ def make_pipeline(cfg: Config, train: datasets.Dataset, spec: DatasetSpec, args:
         augment = None
     loader = make_loader(dataset, args.batch_size, seed=0, num_workers=args.workers, drop_last=True,
                          pin_memory=pin, persistent_workers=args.workers > 0)
-    batches = cycle(loader)
+    on_device = ((images.to(device, non_blocking=pin), labels.to(device, non_blocking=pin), index)
+                 for images, labels, index in cycle(loader))
+    ahead = iter(OverlappedViews(on_device, augment, device)) if overlap and augment is not None else None
 
     def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels, _ = next(batches)
-        images = images.to(device, non_blocking=pin)
-        labels = labels.to(device, non_blocking=pin)
-        views = augment(images) if augment is not None else images
+        if ahead is not None:
+            views, labels, _ = next(ahead)
+        else:
+            images, labels, _ = next(on_device)
+            views = augment(images) if augment is not None else images
         return views.flatten(0, 1).contiguous(memory_format=memory_format), labels
 
     return next_batch, loader
@@ -264,6 +272,13 @@ def run_config(cfg: Config, backbone: str, stem: str, loss_name: str, train, spe
     record("e2e", timed_window(lambda: step(*next_batch()), device, args.warmup, args.steps,
                                before=drain(next_batch, loader)))
     del loader, next_batch
+    if args.overlap and cfg.gpu_augment:
+        torch.manual_seed(0)
+        next_batch, loader = make_pipeline(cfg, train, spec, args, device, overlap=True)
+        reset_peak(device)
+        record("e2e-overlap", timed_window(lambda: step(*next_batch()), device, args.warmup, args.steps,
+                                           before=drain(next_batch, loader)))
+        del loader, next_batch
     gc.collect()
     return rows
 
@@ -436,7 +451,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="timed steps per stage, one window; default 50 on CUDA, 5 on CPU")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first; default 10 on CUDA, 2 on CPU")
     p.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 16))
-    p.add_argument("--data-dir", default=None, help=f"CIFAR-10 parquet folder (default {DEFAULT_DATA})")
+    p.add_argument("--data-dir", default=None, help=f"the dataset's parquet folder (default {DEFAULT_DATA})")
+    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "cifar100"], help="what --data-dir holds")
     p.add_argument("--rows", type=int, default=4096, help="rows of the training split to use")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     for flag, text in [("channels-last", "model and inputs in channels_last"), ("compile", "torch.compile the model"),
@@ -446,6 +462,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        ("cache", "with --gpu-augment: decode the rows once into a uint8 tensor")]:
         p.add_argument(f"--{flag}", action="store_true", help=text)
     p.add_argument("--no-plain", action="store_true", help="skip the plain configuration")
+    p.add_argument("--overlap", action="store_true",
+                   help="with --gpu-augment: also an e2e-overlap row, the views made one batch ahead on a side stream")
     p.add_argument("--augment-bench", action="store_true", help="time the augmentation alone: torch vs kornia vs CPU")
     p.add_argument("--repeats", type=int, default=5, help="repeats of --augment-bench")
     p.add_argument("--loss-memory", action="store_true", help="peak memory of loss forward+backward per N")

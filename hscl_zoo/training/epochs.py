@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from hscl_zoo.data.datasets import LoadedData
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
+from hscl_zoo.data.overlap import OverlappedViews
 from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -167,6 +168,8 @@ def train_epoch(
 ) -> dict[str, Any]:
     """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
 
+    With a device augmenter, each batch's views are made one batch ahead, beside the step before
+    it (`hscl_zoo.data.overlap.OverlappedViews`); the views are the same as made in turn.
     `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
     having finished the last one; the progress bar shows each step's loss (on CUDA at most every
     `LOSS_REFRESH_SECONDS`). The diagnostics are updated at the epoch's steps 0, `diagnostics_every`,
@@ -184,10 +187,10 @@ def train_epoch(
     loss_sum = torch.full((), carried[0], device=accelerator.device)
     shown = -LOSS_REFRESH_SECONDS
     steps, seen, started = carried[1], 0, time.perf_counter()
-    bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
+    batches = OverlappedViews(loader, augment, accelerator.device) if augment is not None else loader
+    bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
                initial=start_step)
-    for step, (images, labels, _) in enumerate(bar, start_step):
-        views = augment(images) if augment is not None else images
+    for step, (views, labels, _) in enumerate(bar, start_step):
         B, V = views.shape[:2]
         optimizer.zero_grad(set_to_none=True)
         if cfg.chunk_size is not None:
@@ -211,6 +214,8 @@ def train_epoch(
             shown = time.perf_counter()
         if stop is not None and steps != epoch_steps and (signum := stop.requested(accelerator)) is not None:
             bar.close()
+            if isinstance(batches, OverlappedViews):
+                batches.rewind()  # the checkpoint's generator: before the batch made ahead, which resumes first
             stopped = {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
             if cfg.diagnostics:
                 stopped["diagnostics"] = accelerator.reduce(meter.state().to(accelerator.device), reduction="sum").tolist()
