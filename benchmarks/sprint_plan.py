@@ -20,7 +20,7 @@ committed sprint logs), so the plan is unit-tested without a GPU; `state_of` and
 them from a checkout.
 
     python benchmarks/sprint_plan.py --show                  # the plan for the next calls
-    python benchmarks/sprint_plan.py --show --quote docs/gpu.md   # and its quote on the GPU page
+    python benchmarks/sprint_plan.py --show --quote docs/benchmarks.md   # and its quote on the Benchmarks page
     python benchmarks/sprint_plan.py --datasets              # the data the next call carries
     python benchmarks/sprint_plan.py --elapsed 300 --skip step-parity   # the next item, one line
 """
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show", action="store_true", help="print the plan of every call until nothing is missing")
     p.add_argument("--datasets", action="store_true", help="print the datasets the next call trains on, one a line")
     p.add_argument("--quote", type=Path, nargs="+", default=[],
-                   help="with --show: also rewrite these pages' <!-- results:gpu-plan --> block (docs/gpu.md)")
+                   help="with --show: also rewrite these pages' <!-- results:gpu-plan --> block (docs/benchmarks.md)")
     args = p.parse_args(argv)
     if args.elapsed < 0 or args.budget_seconds <= 0:
         raise SystemExit("error: --elapsed must be >= 0 and --budget-seconds > 0 (seconds of one device call).")

@@ -237,7 +237,9 @@ def h100() -> str:
     rows = _json("benchmarks/results/h100_throughput.json")["rows"] + _json("benchmarks/results/h100_compile.json")["rows"]
     resume = _json("benchmarks/results/h100_resume.json")
     augment = _json("benchmarks/results/h100_augment.json")["augment"]
+    overlap = _json("benchmarks/results/h100_overlap.json")["rows"]
     return "\n".join([
+        "; ".join(f"{r['ms_per_step']:.1f} ms" for r in overlap),
         h100_throughput_table(), h100_loss_table(), h100_parity_table(),
         "; ".join(f"{r['img_per_s']:,.0f} views/s" for r in rows),
         f"{resume['relative_gap']:.1e}; " + "; ".join(f"{v:,.0f} views/s" for v in resume["views_per_second"]),

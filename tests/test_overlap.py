@@ -111,3 +111,19 @@ def test_an_epoch_through_the_overlap_trains_as_one_fed_the_serial_views():
     assert all(torch.equal(a, b) for a, b in zip(z_overlapped, z_serial))
     assert overlapped["train_loss"] == serial["train_loss"]
     assert overlapped["assumption_fraction"] == serial["assumption_fraction"]
+
+
+def test_the_benchmarks_page_quotes_the_gpu_measurements_as_the_files_hold_them():
+    from helpers import REPO, load_script
+    from hscl_zoo.reproduction.report import replace_block
+
+    report = load_script("benchmarks", "overlap_report")
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    assert replace_block(page, report.BLOCK, report.render()) == page, "python benchmarks/overlap_report.py --quote docs/benchmarks.md"
+    rows = report.rates()
+    # ms per step and views per second are one measurement: 512 x 2 views a step
+    assert all(abs(row["img_per_s"] * row["ms_per_step"] / 1e3 - 1024) < 1e-6 for row in rows.values())
+    before, after = report.outside()
+    for timings in [*before, after]:  # the items add up to the run's time outside its epochs' steps
+        assert abs(sum(timings["items"].values()) - timings["outside_training"]) < 1e-2
+        assert abs(timings["training"] + timings["outside_training"] - timings["wall"]) < 1e-2

@@ -132,7 +132,7 @@ def test_the_command_prints_the_next_item_as_one_json_line(capsys):
 def test_the_gpu_page_quotes_the_plan_the_committed_files_give():
     from hscl_zoo.reproduction.report import replace_block
 
-    page = (REPO / "docs" / "gpu.md").read_text()
+    page = (REPO / "docs" / "benchmarks.md").read_text()
     text = plan.show(plan.plan_calls(plan.state_of(REPO), plan.costs_of(REPO)), plan.costs_of(REPO))
     assert "| 1 | train " in text
-    assert replace_block(page, plan.PLAN_BLOCK, text) == page, "python benchmarks/sprint_plan.py --show --quote docs/gpu.md"
+    assert replace_block(page, plan.PLAN_BLOCK, text) == page, "python benchmarks/sprint_plan.py --show --quote docs/benchmarks.md"
