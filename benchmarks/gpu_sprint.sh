@@ -190,7 +190,7 @@ step_measure() {
   local bench=() tp=() mem=(--memory-batches 512 1024 2048 4096)
   if [ $REHEARSE = 1 ]; then
     bench=(--batch-sizes 32 --reruns 1 --repeats 2 --reference-max-batch 32)
-    tp=(--backbones resnet18 --batch-size 16 --steps 1 --warmup 1 --rows 64 --workers 0)
+    tp=(--backbones resnet18 --batch-size 4 --steps 1 --warmup 1 --rows 64 --workers 0)  # bf16 on a CPU: the smallest batch proves the command
     mem=(--memory-batches 32 64)
   else
     bench=(--batch-sizes 512,2048,8192 --reruns 3 --repeats 5 --iters-per-sync 5)
@@ -218,7 +218,7 @@ step_measure() {
 step_overlap() {
   local name=${OVERLAP_DATA:-cifar100} tp=() budget=gpu-cifar100
   if [ $REHEARSE = 1 ]; then
-    tp=(--batch-size 16 --steps 1 --warmup 1 --rows 64 --workers 0); budget=gpu-cifar100-rehearsal
+    tp=(--batch-size 4 --steps 1 --warmup 1 --rows 64 --workers 0); budget=gpu-cifar100-rehearsal
   else
     tp=(--batch-size 512 --rows 50000 --workers 12)
   fi
