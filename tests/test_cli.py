@@ -86,7 +86,8 @@ def test_module_entry_point_runs_in_a_fresh_interpreter():
     done = _cli("list", "hscl-beta-[cst]*")  # the image datasets: cifar*, stl10, tinyimagenet
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["hscl-beta-cifar10", "not", "published", "hscl-beta-cifar10.cpu-1500", "published",
-                                   "hscl-beta-cifar100", "not", "published", "hscl-beta-stl10", "not", "published",
+                                   "hscl-beta-cifar100", "not", "published", "hscl-beta-cifar100.gpu-30ep", "published",
+                                   "hscl-beta-stl10", "not", "published",
                                    "hscl-beta-tinyimagenet", "not", "published"]
 
 

@@ -87,7 +87,7 @@ def test_a_folder_without_a_model_says_where_the_model_is(tmp_path, run_folder):
 
 def test_unpublished_name_gives_one_line_whose_command_makes_what_it_loads():
     with pytest.raises(WeightsNotPublishedError) as err:
-        hscl_zoo.load("hscl-beta-cifar100")
+        hscl_zoo.load("hscl-beta-tinyimagenet")  # no tag of it is published
     message = str(err.value)
     assert "\n" not in message
     command = re.search(r"'(hscl-zoo train [^']+)'", message).group(1)
@@ -95,7 +95,7 @@ def test_unpublished_name_gives_one_line_whose_command_makes_what_it_loads():
     argv = shlex.split(command)
     assert argv[:2] == ["hscl-zoo", "train"]
     cfg, _, _ = parse_args(argv[2:])
-    assert (cfg.method, cfg.dataset) == ("hscl-beta", "cifar100")
+    assert (cfg.method, cfg.dataset) == ("hscl-beta", "tinyimagenet")
     assert Path(cfg.output_dir) == Path(source), "the command must write where the load reads"
 
 

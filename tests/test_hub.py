@@ -174,10 +174,10 @@ def test_corrupted_cached_blob_is_refused(offline, saved, tmp_path):
 
 def test_unpublished_name_says_how_to_train():
     with pytest.raises(WeightsNotPublishedError) as err:
-        hscl_zoo.load("hscl-beta-cifar100")
+        hscl_zoo.load("hscl-beta-tinyimagenet")  # no tag of it is published
     message = str(err.value)
     assert "no published weights yet" in message
-    assert "hscl-zoo train --config hscl-beta-cifar100 --output_dir runs/hscl-beta-cifar100" in message
+    assert "hscl-zoo train --config hscl-beta-tinyimagenet --output_dir runs/hscl-beta-tinyimagenet" in message
 
 
 def test_unknown_name_lists_closest_names():

@@ -39,7 +39,7 @@ def test_the_losses_import_torch_and_nothing_heavier():
     assert loaded == {"torch"}
 
 
-@pytest.mark.parametrize("argv", [["list"], ["info", "hscl-beta-cifar100"], ["list", "scl-*", "--published"]])
+@pytest.mark.parametrize("argv", [["list"], ["info", "hscl-beta-tinyimagenet"], ["list", "scl-*", "--published"]])
 def test_list_and_info_import_no_torch(argv):
     code = f"from hscl_zoo.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
     loaded, out = imported_after(code)
@@ -50,7 +50,7 @@ def test_list_and_info_import_no_torch(argv):
         assert len(out.splitlines()) == table_1 + table_2 + len(own_names)
         assert "hscl-beta-cifar100       not published" in out
     elif argv[0] == "info":
-        assert "train it:    hscl-zoo train --config hscl-beta-cifar100" in out
+        assert "train it:    hscl-zoo train --config hscl-beta-tinyimagenet" in out
 
 
 def test_help_imports_no_torch():

@@ -250,3 +250,24 @@ def test_an_entry_outside_the_paper_grid_carries_its_own_backbone():
     assert not registry.is_model("scl-cifar10-resnet18")
     with pytest.raises(ValueError, match="backbone must name a timm model"):
         dataclasses.replace(info("scl-cifar10"), backbone="")
+
+
+def test_a_bare_name_never_serves_a_cpu_smoke_test():
+    """hscl-beta-cifar10's only release is the CPU smoke test (26 %): the bare name loads nothing and
+    says which tag exists; hscl-beta-cifar100's GPU release is what its bare name loads."""
+    from hscl_zoo.zoo.hub import WeightsNotPublishedError
+
+    smoke = [t for t in registry.tags_of("hscl-beta-cifar10") if info(t).published]
+    assert smoke and all(t.split(".")[1].startswith(registry.SMOKE_TAG_PREFIX) for t in smoke)
+    assert registry.resolve("hscl-beta-cifar10") is info("hscl-beta-cifar10")
+    with pytest.raises(WeightsNotPublishedError, match=r"only CPU smoke tests: hscl-beta-cifar10\.cpu-1500 \(linear top-1 "
+                                                       r"26\.00 %\); load one by its tagged name"):
+        hscl_zoo.load("hscl-beta-cifar10")
+    assert registry.resolve("hscl-beta-cifar100").name == "hscl-beta-cifar100.gpu-30ep"
+    better_smoke = dict(registry._RELEASES["hscl-beta-cifar100.gpu-30ep"], metrics={"top1": 99.0})
+    registry.register_model(registry.release_entry("hscl-beta-cifar100.cpu-9", better_smoke))
+    try:  # a smoke test with a higher score still does not serve the bare name
+        assert registry.resolve("hscl-beta-cifar100").name == "hscl-beta-cifar100.gpu-30ep"
+        assert registry.resolve("hscl-beta-cifar100.cpu-9").name == "hscl-beta-cifar100.cpu-9"
+    finally:
+        registry._ENTRIES.remove("hscl-beta-cifar100.cpu-9")

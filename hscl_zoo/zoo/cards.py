@@ -206,9 +206,11 @@ def _front_matter(facts: _CardFacts, results: Mapping[str, float]) -> str:
 def _status(facts: _CardFacts, results: Mapping[str, float]) -> str:
     if facts.entry is not None and facts.training is None and not facts.entry.published:
         tags = registry.tags_of(facts.entry.name)
+        default = registry.resolve(facts.entry.name)
+        loads = (f"`hscl_zoo.load(\"{facts.entry.name}\")` loads `{default.name}`." if default.tag is not None else
+                 f"`hscl_zoo.load(\"{facts.entry.name}\")` loads none of them: a CPU smoke test loads by its tagged name only.")
         released = (f"\n\nReleased at smaller budgets (each card says which): "
-                    f"{', '.join(f'`{t}`' for t in tags)}; `hscl_zoo.load(\"{facts.entry.name}\")` loads "
-                    f"`{registry.resolve(facts.entry.name).name}`." if tags else "")
+                    f"{', '.join(f'`{t}`' for t in tags)}; {loads}" if tags else "")
         return (f"**Weights not published yet.** This card describes the model the zoo will publish at "
                 f"`{facts.hub_repo}`; it claims no results until then. Train it yourself with\n"
                 f"`{facts.entry.train_command}`.{released}")

@@ -164,6 +164,14 @@ def _zoo_source(entry: registry.ZooEntry, revision: str | None) -> ModelSource:
                          f"'hf-hub:{entry.hub_repo}@{revision}' (no checksum is checked then).")
     if not entry.published:
         run = f"runs/{entry.name}"
+        smoke = [registry.info(t) for t in registry.tags_of(entry.name) if registry.info(t).published]
+        if smoke:
+            listed = ", ".join(f"{t.name} (linear top-1 {t.metrics['top1']:.2f} %)" if "top1" in t.metrics else t.name
+                               for t in smoke)
+            raise WeightsNotPublishedError(
+                f"{entry.name} has no full-budget release yet, only CPU smoke tests: {listed}; load one by its "
+                f"tagged name, hscl_zoo.load('{smoke[0].name}'), or train it with "
+                f"'{entry.train_command} --output_dir {run}'.")
         raise WeightsNotPublishedError(
             f"{entry.name} has no published weights yet ({entry.hub_repo} is not on the Hub): train it with "
             f"'{entry.train_command} --output_dir {run}', then load it with hscl_zoo.load('local-dir:{run}').")

@@ -358,13 +358,24 @@ def tags_of(name: str) -> list[str]:
     return sorted(n for n, e in _ENTRIES.items() if e.tag is not None and e.base_name == name)
 
 
+SMOKE_TAG_PREFIX = "cpu-"
+"""Tags of CPU smoke-test and subset budgets (``hscl-beta-cifar10.cpu-1500``): published, loadable
+by their tagged name, and never what the bare name loads."""
+
+
+def serves_bare_name(entry: ZooEntry) -> bool:
+    """Whether a published tag may be what its bare name loads: any but a CPU smoke or subset tag."""
+    return entry.published and entry.tag is not None and not entry.tag.startswith(SMOKE_TAG_PREFIX)
+
+
 def resolve(name: str) -> ZooEntry:
     """The entry ``load(name)`` reads: a tagged name's own; for a bare name, its default tag (the
-    published tag with the best linear top-1) when it has one, else the bare entry itself."""
+    published tag with the best linear top-1, smoke-test tags left out) when it has one, else the
+    bare entry itself."""
     entry = info(name)
-    published = [_ENTRIES[t] for t in tags_of(name) if _ENTRIES[t].published] if entry.tag is None else []
-    if not entry.published and published:
-        return max(published, key=lambda e: (e.metrics.get("top1", float("-inf")), e.name))
+    serving = [_ENTRIES[t] for t in tags_of(name) if serves_bare_name(_ENTRIES[t])] if entry.tag is None else []
+    if not entry.published and serving:
+        return max(serving, key=lambda e: (e.metrics.get("top1", float("-inf")), e.name))
     return entry
 
 
