@@ -271,3 +271,20 @@ def test_a_bare_name_never_serves_a_cpu_smoke_test():
         assert registry.resolve("hscl-beta-cifar100.cpu-9").name == "hscl-beta-cifar100.cpu-9"
     finally:
         registry._ENTRIES.remove("hscl-beta-cifar100.cpu-9")
+
+
+def test_the_models_page_recommends_the_best_published_encoder_of_each_dataset():
+    """The Models page's 'Which encoder to use' names, per dataset, the bare name whose default tag
+    scores best among the published image releases, and lists as missing only what has none."""
+    from helpers import REPO
+
+    page = (REPO / "docs" / "models.md").read_text()
+    paragraph = page[page.index("**Which encoder to use.**"):page.index("A model you trained")]
+    serving = [info(n) for n in registry._RELEASES if info(n).modality == "image" and registry.serves_bare_name(info(n))]
+    for dataset in ("cifar100", "cifar10"):
+        best = max((e for e in serving if e.dataset == dataset), key=lambda e: e.metrics["top1"])
+        assert f'hscl_zoo.load("{best.base_name}")' in paragraph
+        assert registry.resolve(best.base_name) is best
+    published = {(e.method, e.dataset) for e in serving}
+    assert not {("hucl", "cifar100"), ("hscl-tau", "cifar100")} & published and "H-UCL and H-SCL(tau) on CIFAR-100" in paragraph
+    assert not {e.dataset for e in serving} & {"stl10", "tinyimagenet"} and "STL-10 and Tiny ImageNet" in paragraph
