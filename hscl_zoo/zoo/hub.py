@@ -395,8 +395,8 @@ def load(
 
     Example::
 
-        model = hscl_zoo.load("hscl-beta-cifar10")          # its best published tag
-        probs = model.predict(PIL.Image.open("cat.png"))   # (1, 10) class probabilities
+        model = hscl_zoo.load("hscl-beta-cifar100")         # its best published tag
+        probs = model.predict(PIL.Image.open("cat.png"))   # (1, 100) class probabilities
     """
     src = parse_source(source, revision)
     offline = bool(local_files_only) or _env_offline()
