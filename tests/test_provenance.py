@@ -94,3 +94,14 @@ def test_command_line_names_the_benchmark_and_its_arguments(monkeypatch):
     assert provenance.command_line(script, []) == "python benchmarks/loss_precision.py"
     monkeypatch.setattr("sys.argv", ["loss_precision.py", "--batch", "8"])
     assert provenance.command_line(script, None) == "python benchmarks/loss_precision.py --batch 8"
+
+
+def test_a_release_names_the_commit_the_sprint_packed(monkeypatch):
+    """On a device machine the tree's .git is missing or stale: the release's eval.json takes the
+    packed commit, as the run records do (the H100's first CIFAR-100 releases named bddce64, their
+    runs 832f613)."""
+    from hscl_zoo.training.release import git_commit
+
+    head = git_commit()
+    monkeypatch.setenv("HSCL_ZOO_SOURCE_COMMIT", "f" * 40)
+    assert git_commit() == "f" * 40 != head

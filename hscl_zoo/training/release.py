@@ -73,7 +73,11 @@ def check_release_name(name: str) -> tuple[str, str]:
 
 
 def git_commit() -> str | None:
-    """The checkout's HEAD commit, None outside a git checkout."""
+    """The checkout's HEAD commit, None outside a git checkout; HSCL_ZOO_SOURCE_COMMIT when set
+    (the commit the GPU sprint packed: the device's copy of the tree has no .git or a stale one,
+    `hscl_zoo.reproduction.runs.code_commit` reads it the same way)."""
+    if source := os.environ.get("HSCL_ZOO_SOURCE_COMMIT"):
+        return source
     checkout = Path(__file__).resolve().parents[2]
     try:
         done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
