@@ -141,7 +141,7 @@ def test_one_epoch_run_with_the_toy_method_on_the_toy_dataset(toy_method, toy_da
                    "--beta", "2", "--epochs", "1", "--batch_size", "32", "--subset", "200", "--probe_epochs", "2",
                    "--monitor_train_size", "100", "--output_dir", str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.json", "hub", "linear_eval.json",
-                                                      "metrics.jsonl"]
+                                                      "metrics.jsonl", "phase_seconds.json"]
     (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = ["epoch", "train_loss", "views_per_second", "epoch_seconds", "assumption_fraction", "loss_ucl",
               "loss_scl", "loss_hucl", "loss_hscl", "lemma_held_fraction", "mass_hucl", "mass_hscl", "mass_hcol",

@@ -22,8 +22,8 @@ from pathlib import Path
 __all__ = ["LOCK_FILE", "RUN_ENTRIES", "RunLock", "RunFolderError", "foreign_entries", "remove_run_files"]
 
 LOCK_FILE = "run.lock"
-RUN_ENTRIES = frozenset({"config.json", "metrics.jsonl", "checkpoints", "hub", "linear_eval.json", "hscl_zoo",
-                         LOCK_FILE})
+RUN_ENTRIES = frozenset({"config.json", "metrics.jsonl", "checkpoints", "hub", "linear_eval.json",
+                         "phase_seconds.json", "hscl_zoo", LOCK_FILE})
 """Everything a run writes into its output_dir (``hscl_zoo``: the Accelerate trackers' logs)."""
 FRESH_SECONDS = 10
 """An unreadable lock file younger than this may be another run's, still being written."""
