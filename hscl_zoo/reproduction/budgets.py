@@ -56,10 +56,9 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
                 batch_size=256, probe_epochs=100, knn_k=50, monitor_train_size=5000, monitor_test_size=5000),
            evidence=True),
     Budget("gpu-cifar10",
-           "One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem, bf16, batch 512, 30 epochs (what "
-           "one 10-minute device command holds for two runs side by side, benchmarks/gpu_sprint.sh). The images are "
-           "the JPEG (quality 75) re-encoding of CIFAR-10 this project's GPU runs read, not the original PNGs, so "
-           "the accuracies are not comparable to the paper's column as benchmark numbers.",
+           "One H100/H200: full CIFAR-10, ResNet-18 with the paper's small stem, bf16, batch 512, 30 epochs. The "
+           "images are the JPEG (quality 75) re-encoding of CIFAR-10 this project's GPU runs read, not the original "
+           "PNGs, so the accuracies are not comparable to the paper's column as benchmark numbers.",
            dict(dataset="cifar10", backbone="resnet18", stem="small", epochs=30, batch_size=512, probe_epochs=100,
                 knn_k=200, monitor_train_size=10000, mixed_precision="bf16", num_workers=12), evidence=True),
     Budget("gpu-cifar100",
