@@ -118,10 +118,9 @@ class Sprint:
         for record in (self.view / sprint_plan.runs_dir(budget)).glob("*.json"):
             if not (work / "runs" / record.name).exists():
                 shutil.copy(record, work / "runs" / record.name)
-        release = sprint_plan.releases_of(run, sprint_plan.state_of(self.view))
-        record = sprint_plan.record_path(run)
-        if (self.view / record).exists():
-            record = f"results/{budget}/release-runs/{name}.json"
+        state = sprint_plan.state_of(self.view)
+        release = sprint_plan.releases_of(run, state)
+        record = sprint_plan.record_landing(run, state)
         (self.view / record).parent.mkdir(parents=True, exist_ok=True)
         trained = work / "runs" / f"{name}.json"
         if trained.exists() and not (work / "runs" / name).is_dir():  # the committed record, not this call's run

@@ -81,6 +81,16 @@ def record_path(run: str) -> str:
     return f"{runs_dir(budget)}/{name}.json"
 
 
+def record_landing(run: str, state: State) -> str:
+    """Where a run's record lands: its budget's runs folder, or ``results/<budget>/release-runs/``
+    when a record of it is committed already (a run trained again for its missing release), so
+    that the committed record is never overwritten."""
+    if run not in state.runs:
+        return record_path(run)
+    budget, _, name = run.partition("/")
+    return f"results/{budget}/release-runs/{name}.json"
+
+
 def release_name(run: str, tag: str = RELEASE_TAG) -> str:
     """``gpu-cifar100/hscl-beta-s0`` -> ``hscl-beta-cifar100.gpu-30ep``: the zoo entry the run
     trains, tagged with its budget."""

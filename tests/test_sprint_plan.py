@@ -82,6 +82,11 @@ def test_an_item_tried_this_call_is_not_tried_again():
     assert plan.next_item(done, COSTS, 0, skip=["step-parity"]).check == "loss-memory"
 
 
+def test_a_run_trained_again_for_its_release_never_overwrites_its_committed_record():
+    assert plan.record_landing("gpu-cifar10/scl-s0", COMMITTED) == "results/gpu-cifar10/release-runs/scl-s0.json"
+    assert plan.record_landing("gpu-cifar100/scl-s0", COMMITTED) == "results/gpu-cifar100/runs/scl-s0.json"
+
+
 def test_release_names_carry_the_budgets_dataset():
     assert plan.release_name("gpu-cifar100/hscl-beta-s0") == "hscl-beta-cifar100.gpu-30ep"
     assert plan.release_name("gpu-cifar10/hscl-tau-s2") == "hscl-tau-cifar10.gpu-30ep"

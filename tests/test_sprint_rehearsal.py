@@ -55,9 +55,10 @@ def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_p
     assert len(files) <= pack.MAX_FILES and max(f.stat().st_size for f in files) <= pack.MAX_FILE_BYTES
     assert sum(f.stat().st_size for f in files) <= pack.MAX_TOTAL_BYTES
     landed = tmp_path / "first" / "landed"
+    committed = plan.state_of(REPO)
     for run, release in zip(first.runs, first.releases):
         budget, method, _ = plan.split_run(run)
-        record = json.loads((landed / plan.record_path(run)).read_text())
+        record = json.loads((landed / plan.record_landing(run, committed)).read_text())
         assert record["method"] == method and len(record["history"]) == 1
         evaluation = json.loads((landed / "releases" / release / "eval.json").read_text())
         assert evaluation["stored_dtype"] == "bfloat16" and evaluation["float32_run"]["top1"] == record["top1"]
