@@ -47,3 +47,20 @@ def make_hub_cache(cache: Path, repo_id: str, folder: Path, commit: str, ref: st
     if ref is not None:
         (repo_dir / "refs" / ref).write_text(commit)
     return repo_dir
+
+
+def one_cpu_epoch(batches, augment, forward, optimizer, loss_fn, **options) -> dict:
+    """The recipe's `train_epoch` (epoch 1 of 1) over `batches` on a fresh CPU Accelerator, its
+    state reset before and after so that tests do not see each other's; returns the epoch record."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from hscl_zoo.training.config import PretrainConfig
+    from hscl_zoo.training.epochs import train_epoch
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        return train_epoch(PretrainConfig(epochs=1), 1, Accelerator(cpu=True), batches, augment, forward, optimizer,
+                           loss_fn, channels_last=False, epoch_steps=len(batches), **options)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)

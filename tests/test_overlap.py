@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from accelerate import Accelerator
-from accelerate.state import AcceleratorState
-
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.overlap import OverlappedViews
 from hscl_zoo.losses import build_loss
-from hscl_zoo.training.config import PretrainConfig
-from hscl_zoo.training.epochs import train_epoch
+from helpers import one_cpu_epoch
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 
@@ -89,14 +85,8 @@ def epoch_losses(batches, augment: BatchSimCLRAugment | None) -> tuple[dict, lis
         outputs.append(model(x))
         return outputs[-1]
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    accelerator = Accelerator(cpu=True)
-    try:
-        record = train_epoch(PretrainConfig(epochs=1), 1, accelerator, batches, augment, forward,
-                             torch.optim.SGD(model.parameters(), lr=0.5), build_loss("hscl-beta"), channels_last=False,
-                             epoch_steps=len(batches))
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+    record = one_cpu_epoch(batches, augment, forward, torch.optim.SGD(model.parameters(), lr=0.5),
+                           build_loss("hscl-beta"))
     return record, [z.detach() for z in outputs]
 
 

@@ -11,15 +11,11 @@ import statistics
 
 import pytest
 import torch
-from accelerate import Accelerator
-from accelerate.state import AcceleratorState
 
-from helpers import REPO, load_script
+from helpers import REPO, load_script, one_cpu_epoch
 from test_docs_numbers import recipe_profile_quote, recipe_vs_loop_quote
 from hscl_zoo.losses import build_loss
 from hscl_zoo.losses.diagnostics import DiagnosticsMeter
-from hscl_zoo.training.config import PretrainConfig
-from hscl_zoo.training.epochs import train_epoch
 
 RESULT = REPO / "benchmarks" / "results" / "recipe_vs_loop_cpu.json"
 B, V, D, STEPS = 8, 2, 16, 5
@@ -37,14 +33,8 @@ def one_epoch(every: int) -> tuple[dict, list[tuple[torch.Tensor, torch.Tensor]]
         outputs.append(model(x))
         return outputs[-1]
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    accelerator = Accelerator(cpu=True)
-    try:
-        record = train_epoch(PretrainConfig(epochs=1), 1, accelerator, batches, None, forward,
-                             torch.optim.SGD(model.parameters(), lr=0.1), build_loss("hscl-beta"), channels_last=False,
-                             diagnostics_every=every, epoch_steps=STEPS)
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+    record = one_cpu_epoch(batches, None, forward, torch.optim.SGD(model.parameters(), lr=0.1), build_loss("hscl-beta"),
+                           diagnostics_every=every)
     return record, [(z.detach().view(B, V, D), labels) for z, (_, labels, _) in zip(outputs, batches)]
 
 
