@@ -54,20 +54,14 @@ def zoo_pages() -> None:
     """One page per zoo entry, its model card (model_cards/NAME.md) without the Hub's front
     matter, and the landing page's zoo table linking them."""
     from hscl_zoo.zoo import registry
+    from hscl_zoo.zoo.table import markdown_table, zoo_rows
 
-    rows = []
     for entry in registry.entries():
         card = (ROOT / "model_cards" / f"{entry.name}.md").read_text()
         body = card.split("\n---\n", 1)[1] if card.startswith("---\n") else card
         with mkdocs_gen_files.open(f"zoo/{entry.name}.md", "w") as out:
             out.write(point_outside_links(body.lstrip("\n"), "model_cards").replace("](repo/", "](../repo/"))
-        paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f}"
-        status = ("not published yet" if not entry.published else
-                  f"published (Hub `{entry.revision[:7]}`)" if entry.revision else "published (`releases/`)")
-        rows.append(f"| [`{entry.name}`](zoo/{entry.name}.md) | {entry.method} | {entry.dataset} | {entry.backbone} "
-                    f"| {paper} | {status} |")
-    table = ("| zoo name | method | dataset | backbone | paper % (Table 1: linear top-1; Table 2: SVM accuracy) "
-             "| weights |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    table = markdown_table(zoo_rows(), link=lambda name: f"zoo/{name}.md")
     index = (DOCS / "index.md").read_text()
     if ZOO_TABLE not in index:
         raise SystemExit(f"docs: docs/index.md has no {ZOO_TABLE} line for the zoo table")

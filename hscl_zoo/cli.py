@@ -31,6 +31,7 @@ from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.data.source_options import SourceOptions, source_options
 from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, OUTPUTS, check_metrics
 from hscl_zoo.zoo import registry
+from hscl_zoo.zoo.table import FORMATS, render, zoo_rows
 
 if TYPE_CHECKING:
     import torch
@@ -69,10 +70,7 @@ def _device(name: str | None) -> torch.device:
 def _cmd_list(args: argparse.Namespace) -> int:
     if not registry.list_models(args.pattern):
         raise ValueError(f"no zoo name matches {args.pattern!r}; run 'hscl-zoo list' for all.")
-    names = registry.list_models(args.pattern, published_only=args.published)
-    for name in names:
-        entry = registry.info(name)
-        print(f"{name:<24} {'published' if entry.published else 'not published'}")
+    sys.stdout.write(render(zoo_rows(args.pattern, published_only=args.published), args.format))
     return 0
 
 
@@ -348,9 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    cmd = _command(commands, "list", _cmd_list, "List zoo names matching a wildcard, with their status.")
+    cmd = _command(commands, "list", _cmd_list, "List zoo names matching a wildcard: dataset, method, their own "
+                   "score, the paper's and what they were trained with.")
     cmd.add_argument("pattern", nargs="?", default="*", metavar="PATTERN", help="shell wildcard (default: all)")
     cmd.add_argument("--published", action="store_true", help="only names whose weights can be loaded")
+    cmd.add_argument("--format", choices=FORMATS, default="table",
+                     help="an aligned table (default), CSV or JSON with every field")
 
     cmd = _command(commands, "info", _cmd_info, "Show one zoo entry: method, dataset, repo, revision, scores.")
     cmd.add_argument("name", metavar="NAME", help="a zoo name, e.g. hscl-beta-cifar10")

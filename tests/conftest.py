@@ -1,14 +1,38 @@
 """Shared fixtures: the offline test datasets beside the checkout, the embedded digits, and torch's
-thread count kept as the session started."""
+thread count kept as the session started; and how the suite shares the cores among pytest-xdist's
+workers (`-n auto` in pyproject.toml)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import missing_data
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # N workers on C cores: each worker, and every process a test starts (they inherit the
+    # variable), gets C // N threads, so that the workers do not oversubscribe the cores.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
+                                                      // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+SPREAD_MODULES = frozenset({"test_doc_snippets", "test_tutorials"})
+"""Files whose tests are independent and each long: their tests are spread over the workers. Every
+other file runs on one worker, in file order, so a module-scoped fixture (a trained run that
+several tests read) is built once."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        module = item.module.__name__ if item.module is not None else item.nodeid.split("::")[0]
+        if item.get_closest_marker("xdist_group") is None and module not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +52,7 @@ def shared_data() -> Path:
     Tests that read it are skipped, with the reason, only when the folder is absent.
     """
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared test data folder not found at {SHARED_DATA}")
+        pytest.skip(missing_data(SHARED_DATA))
     return SHARED_DATA
 
 
@@ -37,7 +61,7 @@ def tu_root(shared_data) -> Path:
     """``shared/data/tudataset``: the five TU graph datasets in PyTorch Geometric's raw layout."""
     root = shared_data / "tudataset"
     if not root.is_dir():
-        pytest.skip(f"TU datasets not found at {root}")
+        pytest.skip(missing_data(root))
     return root
 
 

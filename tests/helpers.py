@@ -9,6 +9,14 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def missing_data(path: Path) -> str:
+    """The skip reason of a test whose data is not beside the clone: what is missing and how to get it."""
+    return (f"{path} not found (a clone without the test data; CI has it): download it beside the clone as "
+            "docs/contributing.md says, e.g. hf download uoft-cs/cifar10 --repo-type dataset --local-dir "
+            "../shared/data/cifar10, and the TU graphs with PyTorch Geometric's TUDataset into ../shared/data/tudataset")
 
 
 def load_script(folder: str, name: str) -> ModuleType:

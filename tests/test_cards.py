@@ -144,7 +144,7 @@ def test_card_of_a_release_says_its_budget_and_where_its_files_are():
                                 files={"model.safetensors": ("d" * 64, 1)}, metrics={"top1": 31.5})
     card = render_card(entry)
     assert "releases/scl-cifar10.cpu-2ep/" in card and "not on the Hub yet" in card
-    assert "Budget: 2 CPU epochs, not the paper's recipe" in card and "--config scl-cifar10" not in card
+    assert "Budget: 2 CPU epochs. Not the paper's recipe" in card and "--config scl-cifar10" not in card
     assert "| this model (2 CPU epochs) | 31.50 |" in card and "| paper, Table 1 |" in card
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import io
 import json
 import os
 import subprocess
@@ -85,15 +86,14 @@ def test_every_subcommand_has_help(capsys):
 def test_module_entry_point_runs_in_a_fresh_interpreter():
     done = _cli("list", "hscl-beta-[cst]*")  # the image datasets: cifar*, stl10, tinyimagenet
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["hscl-beta-cifar10", "not", "published", "hscl-beta-cifar10.cpu-1500", "published",
-                                   "hscl-beta-cifar100", "not", "published", "hscl-beta-cifar100.gpu-30ep", "published",
-                                   "hscl-beta-stl10", "not", "published",
-                                   "hscl-beta-tinyimagenet", "not", "published"]
+    names = [line.split()[0] for line in done.stdout.splitlines()[1:]]
+    assert names == ["hscl-beta-cifar10", "hscl-beta-cifar10.cpu-1500", "hscl-beta-cifar100",
+                     "hscl-beta-cifar100.gpu-30ep", "hscl-beta-stl10", "hscl-beta-tinyimagenet"]
 
 
 def test_list_and_info(capsys):
     assert main(["list"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == len(hscl_zoo.list_models())
+    assert len(capsys.readouterr().out.splitlines()) == 1 + len(hscl_zoo.list_models())
     assert main(["info", "scl-stl10"]) == 0
     assert capsys.readouterr().out.strip() == str(hscl_zoo.info("scl-stl10"))
     assert main(["list", "nothing-*"]) == 1
@@ -254,3 +254,46 @@ def test_cards_write_then_check(tmp_path, capsys):
     assert main(["cards", "--check", "--out", str(tmp_path)]) == 1
     assert f"out of date: {card}" in capsys.readouterr().err
 
+
+
+RELEASED = json.loads((Path(hscl_zoo.__file__).parent / "zoo" / "released.json").read_text())
+
+
+def test_list_gives_each_names_own_score_before_the_papers_in_every_format(capsys):
+    """`hscl-zoo list` shows what loading a name gives: the score measured on those weights (read
+    here from released.json itself), then the paper's; a bare name served by a tag carries the
+    tag's score, one with only a CPU smoke test carries none."""
+    assert main(["list", "--format", "csv"]) == 0
+    rows = {row["name"]: row for row in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert list(rows) == hscl_zoo.list_models()
+    assert float(rows["hscl-beta-cifar100"]["score"]) == RELEASED["hscl-beta-cifar100.gpu-30ep"]["metrics"]["top1"]
+    assert rows["hscl-beta-cifar100"]["loads"] == "hscl-beta-cifar100.gpu-30ep"
+    assert float(rows["hscl-beta-cifar100"]["paper"]) == 75.11  # Table 1, H-SCL(beta) on CIFAR-100
+    assert float(rows["scl-mutag"]["score"]) == RELEASED["scl-mutag"]["metrics"]["svm_accuracy"]
+    assert float(rows["scl-mutag"]["linear_cv_accuracy"]) == RELEASED["scl-mutag"]["metrics"]["linear_cv_accuracy"]
+    assert rows["hscl-beta-cifar10"]["score"] == "" and rows["hscl-beta-cifar10"]["status"] == "not published"
+    assert rows["hscl-beta-cifar10.cpu-1500"]["status"] == "smoke test"
+    for name, release in RELEASED.items():
+        metric = "svm_accuracy" if "svm_accuracy" in release["metrics"] else "top1"
+        assert float(rows[name]["score"]) == release["metrics"][metric], name
+
+    assert main(["list", "*-mutag", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in listed] == hscl_zoo.list_models("*-mutag")
+    assert all(row["score"] == float(rows[row["name"]]["score"]) for row in listed)
+
+    assert main(["list", "hscl-beta-cifar100"]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    assert header.split()[:5] == ["name", "dataset", "method", "score", "%"]
+    assert line.split()[3:5] == ["56.97", "75.11"] and "loads hscl-beta-cifar100.gpu-30ep" in line
+
+
+def test_info_shows_the_loaded_weights_and_their_scores_before_the_paper(capsys):
+    assert main(["info", "hscl-beta-cifar100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["loads:", "hscl-beta-cifar100.gpu-30ep", "(its", "best", "published", "tag)"]
+    assert lines[2].startswith("  scores:      top1=56.97") and lines[4].startswith("  paper top-1: 75.11")
+    assert "  backbone:    resnet18" in lines  # the weights' backbone, not the paper's ResNet-50
+    assert main(["info", "hscl-beta-cifar10"]) == 0
+    text = capsys.readouterr().out
+    assert "scores:" not in text and "tags:        hscl-beta-cifar10.cpu-1500" in text

@@ -249,15 +249,19 @@ def test_readme_and_the_models_page_quote_every_published_release_with_its_numbe
     import re
 
     from hscl_zoo.reproduction.report import replace_block
-    from hscl_zoo.zoo.release_table import BLOCK, releases_table
+    from hscl_zoo.zoo.table import BLOCK, NAMES_BLOCK, names_grid, releases_table
 
     table = releases_table()
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([^`]+)` \|.*$", table, re.M)}
     assert sorted(rows) == hscl_zoo.list_models(published_only=True) == COMMITTED
+    released = json.loads((REPO / "hscl_zoo" / "zoo" / "released.json").read_text())
     for name in GRAPH:
-        assert f"SVM {registry.info(name).metrics['svm_accuracy']:.2f} %" in rows[name]
+        assert f"**{released[name]['metrics']['svm_accuracy']:.2f}** SVM accuracy" in rows[name]
     for name in IMAGE:
-        assert f"linear top-1 {registry.info(name).metrics['top1']:.2f} %" in rows[name]
+        assert f"**{released[name]['metrics']['top1']:.2f}** linear top-1" in rows[name]
+    grid = names_grid()
+    assert "`hscl-beta-cifar100` 56.97" in grid and "cpu-1500" not in grid, "a smoke test serves no bare name"
     for page in (REPO / "README.md", REPO / "docs" / "models.md"):
         text = page.read_text()
-        assert replace_block(text, BLOCK, table) == text, f"{page.name}: python -m hscl_zoo.zoo.release_table --quote"
+        for block, generated in ((NAMES_BLOCK, grid), *([(BLOCK, table)] if page.name == "models.md" else [])):
+            assert replace_block(text, block, generated) == text, f"{page.name}: python -m hscl_zoo.zoo.table --quote"

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import missing_data
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -156,14 +157,20 @@ def _provide(need: str, root: Path) -> None:
                 counts[label] = counts.get(label, 0) + 1
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if b.slow else [])
-                                   for b in BLOCKS])
+def _marks(block: Block) -> list[pytest.MarkDecorator]:
+    """`slow` as the page says; blocks sharing the scratch folder (its run or images) run on one
+    xdist worker, in page order."""
+    shares = any(need != "tudataset" for need in block.needs)
+    return [*([pytest.mark.slow] if block.slow else []), *([pytest.mark.xdist_group("docs-shared")] if shares else [])]
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=_marks(b)) for b in BLOCKS])
 def test_block_runs(block: Block, shared: Path, tmp_path: Path) -> None:
     if block.skip:
         pytest.skip(f"{block.id}: {block.skip}")
     if "tudataset" in block.needs:
         if not TU_ROOT.is_dir():
-            pytest.skip(f"{block.id}: the TU graph datasets are not at {TU_ROOT}")
+            pytest.skip(f"{block.id}: {missing_data(TU_ROOT)}")
         _run(block, _workspace(tmp_path / "ws"), HSCL_ZOO_TU_ROOT=str(TU_ROOT))
     elif block.needs:
         for need in block.needs:

@@ -9,6 +9,7 @@ bar shows each step's loss, and a local run's card names no path and claims no p
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -205,9 +206,17 @@ def test_progress_bar_shows_each_steps_loss_and_the_card_claims_no_publication(t
     run = tmp_path / "run"
     pretrain(["--subset", "160", "--batch_size", "16", "--epochs", "1", "--probe_epochs", "1", "--backbone",
               "resnet10t", "--monitor_train_size", "64", "--diagnostics", "false", "--output_dir", str(run)])
-    err = capsys.readouterr().err
-    shown = re.findall(r"loss=([0-9.]+)", err)
+    captured = capsys.readouterr()
+    shown = re.findall(r"loss=([0-9.]+)", captured.err)
     assert len(set(shown)) >= 6, f"the bar showed {sorted(set(shown))} over 10 steps"
+    (record,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # the epoch's console line: its loss, views/s and kNN top-1 only; metrics.jsonl keeps every field
+    assert (f"epoch 1/1  loss {record['train_loss']:.4f}  {record['views_per_second']:,.0f} views/s  "
+            f"kNN top-1 {record['knn_top1']:.2f} %\n") in captured.out
+    assert "=" not in "".join(line for line in captured.out.splitlines() if line.startswith("epoch "))
+    from hscl_zoo.training.epochs import epoch_line
+
+    assert all(f"{key}=" in epoch_line(record, 1, verbose=True) for key in record)  # --verbose true: all of it
 
     card = (run / "hub" / "README.md").read_text()
     header = yaml.safe_load(card.split("---")[1])
@@ -228,3 +237,27 @@ def test_a_local_folder_run_card_names_no_path(tmp_path):
     assert "published at" not in card
     hub = dict(config, training={**config["training"], "dataset": "hf:owner/pets"})
     assert yaml.safe_load(render_card(hub, {}).split("---")[1])["datasets"] == ["owner/pets"]
+
+
+def test_loading_a_zoo_name_prints_one_line_with_the_weights_and_their_score(capsys):
+    model = hscl_zoo.load("hscl-beta-mutag")
+    assert model is not None
+    err = capsys.readouterr().err
+    svm = registry.info("hscl-beta-mutag").metrics["svm_accuracy"]
+    assert err == f"hscl_zoo: loaded hscl-beta-mutag: SVM accuracy {svm:.2f} % (GIN 3 x 32, the paper's 200 epochs)\n"
+
+
+# What users read: our GPU tooling and its limits belong on the contributing and benchmarks pages.
+TOOLING = re.compile(r"device command|device tool|gpu_sprint|sprint_plan|lent GPU|lent minutes|minutes of device",
+                     re.I)
+USER_PAGES = [REPO / "README.md", *(p for p in sorted((REPO / "docs").glob("*.md"))
+                                    if p.name not in ("contributing.md", "benchmarks.md"))]
+
+
+def test_no_user_page_card_or_info_speaks_of_our_gpu_tooling():
+    texts = {str(p.relative_to(REPO)): p.read_text() for p in USER_PAGES}
+    texts |= {str(p.relative_to(REPO)): p.read_text() for p in (REPO / "model_cards").glob("*.md")}
+    texts |= {str(p.relative_to(REPO)): p.read_text() for p in (REPO / "releases").glob("*/README.md")}
+    texts |= {f"hscl-zoo info {name}": str(hscl_zoo.info(name)) for name in hscl_zoo.list_models()}
+    found = {where: match.group(0) for where, text in texts.items() if (match := TOOLING.search(text))}
+    assert not found, found

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, missing_data
 
 CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
 # libjpeg's (IJG) base tables, row-major (ITU-T T.81, Annex K)
@@ -25,7 +25,7 @@ def scaled(table: list[int], quality: int) -> list[int]:
 
 def test_the_gpu_runs_cifar10_is_jpeg_quality_75():
     if not CIFAR10.is_dir():
-        pytest.skip(f"{CIFAR10} is absent (a user's clone); CI has it")
+        pytest.skip(missing_data(CIFAR10))
     pq = pytest.importorskip("pyarrow.parquet")
     from PIL import Image
 

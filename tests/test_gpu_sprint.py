@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import missing_data
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_sprint.sh"
@@ -45,7 +46,7 @@ def test_missing_data_is_refused_before_anything_is_written(tmp_path):
 @pytest.mark.slow
 def test_the_rehearsal_runs_the_check_and_measure_steps_and_packs_their_results(tmp_path):
     if not CIFAR10.is_dir():
-        pytest.skip(f"{CIFAR10} is absent (a user's clone); CI has it")
+        pytest.skip(missing_data(CIFAR10))
     state, out = tmp_path / "state", tmp_path / "out"
     env = {"STATE": str(state), "OUT": str(out), "DATA": str(SHARED_DATA), "OMP_NUM_THREADS": "2"}
     result = sprint("--rehearse", "check", "measure", env=env)

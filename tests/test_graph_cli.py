@@ -182,3 +182,24 @@ def test_train_eval_embed_on_mutag(shared_data, tmp_path):
     assert main(["embed", str(run / "hub"), "tu:MUTAG", "--data_dir", str(root),
                  "--out", str(tmp_path / "m.parquet")]) == 0
     assert pq.read_table(tmp_path / "m.parquet").num_rows == 188
+
+
+def test_missing_table_graphs_give_one_error_with_both_ways_to_get_them(tmp_path, capsys):
+    """The API and the CLI say the same thing when MUTAG is not on disk and cannot be fetched: what is
+    missing, where it was looked for, and the two ways to get it. A file where the root folder
+    should be makes the download fail whatever the network."""
+    from hscl_zoo.graphs.catalog import GraphDataUnavailableError, load_graph_dataset
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    for root, download in ((blocker, True), (tmp_path / "empty", False)):
+        with pytest.raises(GraphDataUnavailableError) as err:
+            load_graph_dataset("tu:MUTAG", root, download=download)
+        message = str(err.value)
+        assert message.startswith(f"MUTAG is not in {root / 'MUTAG' / 'raw'} (") and "\n" not in message
+        assert "pip install 'hscl-zoo[graphs]'" in message and "tu:/path/to/MUTAG" in message
+    assert main(["eval", "hscl-beta-mutag", "--data_dir", str(blocker)]) == 1
+    loaded, error = capsys.readouterr().err.splitlines()  # the model it loaded, then one line of error
+    assert loaded.startswith("hscl_zoo: loaded hscl-beta-mutag")
+    assert error.startswith(f"hscl-zoo eval: error: MUTAG is not in {blocker / 'MUTAG' / 'raw'} (the download failed")
+    assert "pip install 'hscl-zoo[graphs]'" in error

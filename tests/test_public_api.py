@@ -45,7 +45,7 @@ CONFIG_KEYS = [
     "channels_last", "fused_optimizer", "gpu_augment", "cache_images", "compile",
     "sync_batchnorm", "memory_check", "dist_timeout", "monitor_every", "checkpoint_every",
     "knn_k", "monitor_train_size", "monitor_test_size", "diagnostics", "diagnostics_every", "probe_epochs", "log_with",
-    "output_dir", "keep_checkpoints",
+    "verbose", "output_dir", "keep_checkpoints",
 ]
 
 

@@ -18,7 +18,7 @@ def setup_commands() -> list[str]:
 def test_readme_opens_with_two_setup_commands():
     assert README.index("```bash") < README.index("\n## ")
     main, tests = setup_commands()
-    assert "pip install -c constraints.txt" in main and "accelerate launch recipes/pretrain.py" in main
+    assert "pip install -c constraints.txt" in main and main.rstrip().endswith("&& hscl-zoo train")
     assert "pip install -c constraints.txt" in tests and tests.rstrip().endswith("pytest")
 
 

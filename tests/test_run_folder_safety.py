@@ -216,3 +216,17 @@ def test_a_file_name_that_is_not_utf8_is_named(recipe, tmp_path, capsys, monkeyp
     message = refusal(recipe, ["--dataset", f"imagefolder:{data}", "--output_dir", str(tmp_path / "r")], capsys)
     assert "caf\\xe9.png" in message and "UTF-8" in message
     assert not (tmp_path / "r").exists()
+
+
+def test_the_evaluation_the_docs_write_into_a_run_folder_does_not_block_overwrite(recipe, finished_run, tmp_path):
+    """install.md's `hscl-zoo eval runs/default --out runs/default/eval.json`, then `--overwrite`:
+    the run folder owns eval.json, so the new run starts and the stale evaluation goes with the old
+    weights."""
+    from hscl_zoo.cli import main as cli
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    assert cli(["eval", str(run), "--metrics", "knn", "--out", str(run / "eval.json")]) == 0
+    assert (run / "eval.json").is_file()
+    recipe.main([*TINY, "--output_dir", str(run), "--overwrite"])
+    assert not (run / "eval.json").exists() and (run / "hub" / "model.safetensors").is_file()

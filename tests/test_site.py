@@ -4,8 +4,10 @@ fails on content running out of its column and on any request leaving the site."
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,8 +55,16 @@ def test_every_page_fits_its_column_and_stays_on_the_site(site):
 
 
 def test_tutorials_show_outputs_and_a_download_link(site):
-    for name in ("01_loss_in_your_loop", "02_your_image_folder"):
+    for name in sorted(p.stem for p in (REPO / "docs" / "tutorials").glob("*.py")):
         page = (site / "tutorials" / name / "index.html").read_text()
         assert f'href="{name}.py" download' in page
         assert (site / "tutorials" / name / f"{name}.py").is_file()
         assert "jp-OutputArea-output" in page, "the tutorial ran at build and its outputs are shown"
+
+
+def test_no_page_shows_a_traceback(site):
+    """A tutorial cell that raises fails the build (mkdocs.yml: allow_errors false); a page that
+    prints a traceback some other way, caught and shown, is as broken to its reader."""
+    shown = [str(page.relative_to(site)) for page in site.rglob("*.html")
+             if "Traceback (most recent call last)" in html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))]
+    assert not shown, f"pages showing a traceback: {shown}"

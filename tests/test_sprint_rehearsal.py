@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hscl_zoo.reproduction.budgets import BUDGETS
-from helpers import REPO, load_script
+from helpers import REPO, load_script, missing_data
 
 plan = load_script("benchmarks", "sprint_plan")
 pack = load_script("benchmarks", "sprint_pack")
@@ -36,7 +36,7 @@ def rehearse(tmp: Path, name: str, view: Path | None = None) -> tuple[subprocess
 @pytest.mark.slow
 def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_path):
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent (a user's clone); CI has it")
+        pytest.skip(missing_data(SHARED_DATA))
     expected = plan.plan_calls(plan.state_of(REPO), plan.costs_of(REPO))
     _, out, log = rehearse(tmp_path, "first")
     assert [item["name"] for item in log["plan"]] == [item.name for item in expected[0]]

@@ -23,6 +23,7 @@ import torch
 from PIL import Image
 
 import hscl_zoo
+from helpers import missing_data
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "docs" / "tutorials"
@@ -105,7 +106,7 @@ def test_model_folder_tutorial_draws_the_papers_figures(tmp_path):
 def test_graphs_tutorial_trains_on_mutag_and_embeds_from_the_command_line(shared_data, tmp_path):
     tu_root = shared_data / "tudataset"
     if not (tu_root / "MUTAG").is_dir():
-        pytest.skip(f"MUTAG not found in {tu_root}")
+        pytest.skip(missing_data(tu_root / "MUTAG"))
     out, work = run_tutorial("04_graphs_mutag.py", tmp_path, HSCL_ZOO_TU_ROOT=str(tu_root))
     assert "188 graphs, 3371 nodes, 3721 edges; classes ('-1', '1') with [63, 125] graphs" in out
     losses = [float(x) for x in re.search(r"loss per epoch: ([\d. -]+)\n", out)[1].split()]

@@ -14,10 +14,10 @@
 # The paper's second experiment in miniature: train a GIN graph encoder on MUTAG (188 molecules,
 # mutagenic or not) with H-SCL(beta), freeze it, and score its graph embeddings with the paper's
 # SVM protocol; then give it a linear head, save it, and embed the graphs from the command line.
-# The paper trains for 200 epochs; this runs 20, in well under a minute on one CPU core:
-# `python docs/tutorials/04_graphs_mutag.py TU_ROOT`, where TU_ROOT holds `MUTAG/raw/` (the TU
-# files, as PyTorch Geometric's `TUDataset` keeps them). Without an argument it reads
-# `$HSCL_ZOO_TU_ROOT`, and without that it downloads MUTAG with PyTorch Geometric into
+# The paper trains for 200 epochs; this runs 20, in well under a minute on one CPU core. It reads
+# MUTAG from `$HSCL_ZOO_TU_ROOT` when set (a folder holding `MUTAG/raw/`, the TU files as PyTorch
+# Geometric's `TUDataset` keeps them: `HSCL_ZOO_TU_ROOT=/data/tu python 04_graphs_mutag.py`), and
+# otherwise downloads it with PyTorch Geometric (`pip install "hscl-zoo[graphs]"`) into
 # `~/.cache/hscl_zoo/tudataset`.
 #
 # Every choice behind the objective, the encoder and the SVM is on [Graphs](../../graphs/), with
@@ -25,7 +25,6 @@
 
 # %%
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -40,8 +39,7 @@ from hscl_zoo.graphs.saving import load_graph_encoder, save_graph_encoder
 from hscl_zoo.graphs.svm import svm_folds
 from hscl_zoo.graphs.training import train_graph_encoder
 
-args = [a for a in sys.argv[1:] if not a.startswith("-")]  # a notebook kernel passes its own flags
-tu_root = args[0] if args else os.environ.get("HSCL_ZOO_TU_ROOT")
+tu_root = os.environ.get("HSCL_ZOO_TU_ROOT")
 work = Path(tempfile.mkdtemp(prefix="hscl-zoo-tutorial-"))
 print("working in", work)
 

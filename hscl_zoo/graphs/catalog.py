@@ -17,7 +17,7 @@ from types import MappingProxyType
 from hscl_zoo._table import NamedTable
 
 __all__ = ["GraphDatasetSpec", "GRAPH_DATASETS", "register_graph_dataset", "is_graph_dataset", "graph_data_root",
-           "load_graph_dataset", "find_graph_dataset", "TABLE_2_METHODS"]
+           "load_graph_dataset", "find_graph_dataset", "GraphDataUnavailableError", "TABLE_2_METHODS"]
 
 
 @dataclass(frozen=True)
@@ -108,9 +108,11 @@ def load_graph_dataset(dataset: str, data_dir: str | os.PathLike | None = None, 
     try:
         graphs = read_tu(root, spec.tu_name)
     except TUFormatError:
-        if not download or (root / spec.tu_name / "raw").exists():
-            raise
-        _download(root, spec.tu_name)
+        if _on_disk(root, spec.tu_name):
+            raise  # the files are there but malformed: read_tu's message says which
+        if not download:
+            raise _unavailable(spec, root, "downloading is off") from None
+        _download(root, spec)
         graphs = read_tu(root, spec.tu_name)
     if (graphs.num_graphs, graphs.num_classes) != (spec.num_graphs, spec.num_classes):
         raise ValueError(f"{dataset} at {root}: {graphs.num_graphs} graphs in {graphs.num_classes} classes, but "
@@ -118,14 +120,36 @@ def load_graph_dataset(dataset: str, data_dir: str | os.PathLike | None = None, 
     return graphs
 
 
-def _download(root: Path, tu_name: str) -> None:
+class GraphDataUnavailableError(ValueError):
+    """A graph dataset of the table is not on disk and could not be downloaded: the one error the
+    API (``load_graph_dataset``, ``GraphEncoder.embed``) and every ``hscl-zoo`` command give."""
+
+
+def _on_disk(root: Path, tu_name: str) -> bool:
+    from hscl_zoo.graphs.tu import TUFormatError, find_tu_folder
+
+    try:
+        find_tu_folder(root, tu_name)
+    except TUFormatError:
+        return False
+    return True
+
+
+def _unavailable(spec: GraphDatasetSpec, root: Path, reason: str) -> GraphDataUnavailableError:
+    """What is missing, where it was looked for, and the two ways to get it."""
+    return GraphDataUnavailableError(
+        f"{spec.tu_name} is not in {root / spec.tu_name / 'raw'} ({reason}); get it either way: "
+        f"pip install 'hscl-zoo[graphs]' and run again with the network, which downloads it there, or put the TU "
+        f"files ({spec.tu_name}_A.txt, {spec.tu_name}_graph_indicator.txt, ...) in a folder and name it as "
+        f"tu:/path/to/{spec.tu_name} (or set --data_dir / $HSCL_ZOO_TU_ROOT to the folder above it).")
+
+
+def _download(root: Path, spec: GraphDatasetSpec) -> None:
     try:
         from torch_geometric.datasets import TUDataset
     except ImportError:
-        raise ValueError(f"{tu_name} is not in {root}, and downloading it needs PyTorch Geometric: "
-                         "pip install 'hscl-zoo[graphs]', or pass --data_dir with the TU files.") from None
+        raise _unavailable(spec, root, "downloading it needs PyTorch Geometric, which is not installed") from None
     try:
-        TUDataset(str(root), tu_name)
+        TUDataset(str(root), spec.tu_name)
     except Exception as error:  # network errors come in many types; all mean the same to the user
-        raise ValueError(f"could not download {tu_name} into {root} ({type(error).__name__}: {error}); "
-                         f"put the TU files in {root / tu_name / 'raw'} or pass --data_dir.") from None
+        raise _unavailable(spec, root, f"the download failed: {type(error).__name__}: {' '.join(str(error).split())}") from None

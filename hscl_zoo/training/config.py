@@ -110,6 +110,7 @@ class PretrainConfig:
     diagnostics_every: int | None = None  # batches between diagnostics updates, each a few (B*V)^2 passes, no host sync (None: 10 on CPU, 25 on CUDA)
     probe_epochs: int = 100  # epochs of the final linear probe
     log_with: str | None = None  # an Accelerate tracker ("tensorboard", "wandb", ...) or None
+    verbose: bool = False  # print every metric of each epoch (default: its loss, views/s and kNN top-1; metrics.jsonl has all)
     # output
     output_dir: str = "runs/default"  # where the run writes config.json, metrics.jsonl, checkpoints/, hub/
     keep_checkpoints: int = 2  # newest checkpoints kept

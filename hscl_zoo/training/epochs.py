@@ -35,11 +35,23 @@ from hscl_zoo.training.monitoring import (
 from hscl_zoo.training.preemption import StopOnSignal
 from hscl_zoo.training.steps import gradient_cache_step
 
-__all__ = ["LOSS_REFRESH_SECONDS", "due", "train_epoch", "train_epochs"]
+__all__ = ["LOSS_REFRESH_SECONDS", "due", "epoch_line", "train_epoch", "train_epochs"]
 
 LOSS_REFRESH_SECONDS = 0.5
 """On CUDA, the least time between two progress-bar loss readbacks (each a host sync); on the CPU
 the bar shows every step's loss, which costs nothing to read."""
+
+
+def epoch_line(record: dict[str, Any], epochs: int, *, verbose: bool = False) -> str:
+    """The console's line for a finished epoch: its loss, views/s and kNN top-1 when monitored
+    (``verbose``: every metric, as ``metrics.jsonl`` holds them)."""
+    if verbose:
+        return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
+    parts = [f"epoch {record['epoch']}/{epochs}", f"loss {record['train_loss']:.4f}",
+             f"{record['views_per_second']:,.0f} views/s"]
+    if "knn_top1" in record:
+        parts.append(f"kNN top-1 {record['knn_top1']:.2f} %")
+    return "  ".join(parts)
 
 
 def train_epochs(
@@ -119,7 +131,7 @@ def train_epochs(
             record["wall_seconds"] = time.perf_counter() - last_record
             with metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-            accelerator.print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+            accelerator.print(epoch_line(record, cfg.epochs, verbose=cfg.verbose))
             if (warning := collapse_warning(record, cfg)) is not None:
                 print(warning, flush=True)
         if cfg.log_with:

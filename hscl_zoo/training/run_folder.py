@@ -23,8 +23,10 @@ __all__ = ["LOCK_FILE", "RUN_ENTRIES", "RunLock", "RunFolderError", "foreign_ent
 
 LOCK_FILE = "run.lock"
 RUN_ENTRIES = frozenset({"config.json", "metrics.jsonl", "checkpoints", "hub", "linear_eval.json",
-                         "phase_seconds.json", "hscl_zoo", LOCK_FILE})
-"""Everything a run writes into its output_dir (``hscl_zoo``: the Accelerate trackers' logs)."""
+                         "phase_seconds.json", "hscl_zoo", "eval.json", LOCK_FILE})
+"""Everything a run writes into its output_dir (``hscl_zoo``: the Accelerate trackers' logs), and
+``eval.json``, where the docs' ``hscl-zoo eval RUN --out RUN/eval.json`` puts the run's evaluation:
+it belongs to the run, and ``--overwrite`` removes it with the weights it scored."""
 FRESH_SECONDS = 10
 """An unreadable lock file younger than this may be another run's, still being written."""
 

@@ -45,7 +45,8 @@ __all__ = ["RESUMABLE_CHANGES", "UNLABELLED_HEAD", "TrainingParts", "build_encod
            "make_accelerator", "parse_args", "prepare_training", "refuse_what_cannot_fit", "resolve_run", "run_contents",
            "training_views"]
 
-RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout"}
+RESUMABLE_CHANGES = {"num_workers", "log_with", "monitor_every", "checkpoint_every", "memory_check", "dist_timeout",
+                     "verbose"}
 UNLABELLED_HEAD = "unlabelled"
 """The one class name of the (untrained) head of an encoder trained on unlabelled images."""
 

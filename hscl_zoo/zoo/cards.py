@@ -265,7 +265,7 @@ def _format_value(value: Any) -> str:
 def _training(facts: _CardFacts) -> str:
     lines = []
     if facts.entry is not None and facts.entry.budget and facts.training is None:
-        lines.append(f"Budget: {facts.entry.budget}, not the paper's recipe. The command that trained it is in the "
+        lines.append(f"Budget: {facts.entry.budget.rstrip('.')}. Not the paper's recipe: the command that trained it is in the "
                      "release's `eval.json` (`train_command`). For comparison, the paper's recipe:")
         lines.append(_PAPER_RECIPE)
         return "\n\n".join(lines)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -373,6 +374,13 @@ def _stored_dtype(config: dict[str, Any], config_path: Path) -> str:
     return stored
 
 
+def _scored_name(entry: registry.ZooEntry) -> str:
+    """``hscl-beta-cifar100.gpu-30ep: linear top-1 56.97 % (ResNet-18, 30 epochs on one GPU)``."""
+    metric, value = entry.headline
+    score = f": {metric} {value:.2f} %" if value is not None else ""
+    return f"{entry.name}{score} ({entry.trained_with})"
+
+
 def load(
     source: str | os.PathLike[str] | registry.ZooEntry,
     device: str | torch.device | None = None,
@@ -421,4 +429,6 @@ def load(
     load_weights(model, weights, config_path=str(config_path))
     if hasattr(model, "training_summary"):
         model.training_summary = config.get("training")
+    if src.kind == "zoo":
+        print(f"hscl_zoo: loaded {_scored_name(src.entry)}", file=sys.stderr)
     return model.to(device=torch.device(device) if device is not None else "cpu", dtype=target).eval()

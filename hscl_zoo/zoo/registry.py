@@ -69,6 +69,13 @@ GRAPH_BACKBONE = "gin-3x32"
 """The encoder of the paper's Table 2: InfoGraph's GIN, 3 layers of 32 units (hscl_zoo.graphs.encoder)."""
 
 RELEASED_FILE = Path(__file__).with_name("released.json")
+RELEASE_TAGS: dict[str, str] = {
+    "gpu-30ep": "ResNet-18, 30 epochs on one GPU",
+    "cpu-1500": "CPU smoke test: ResNet-18, 6 epochs on 1,500 images",
+}
+"""What each release tag means, in a user's words (the tag names a training budget, as open_clip's
+pretrained tags do); a new tag gets its line here."""
+GRAPH_RECIPE = "GIN 3 x 32, the paper's 200 epochs"
 """The published releases, one record per zoo name: what ``hscl-zoo release`` printed (method,
 dataset, backbone, budget, per-file sha256 and size, metrics) and the Hub commit ``hscl-zoo push``
 printed (null until pushed)."""
@@ -174,6 +181,27 @@ class ZooEntry:
         return bool(self.files)
 
     @property
+    def headline(self) -> tuple[str, float | None]:
+        """The metric users compare entries by and this entry's value of it in %: ``("linear
+        top-1", top1)`` for an image encoder, ``("SVM accuracy", svm_accuracy)`` for a graph one
+        (the paper's Tables 1 and 2); None when no weights are published."""
+        key, label = ("svm_accuracy", "SVM accuracy") if self.modality == "graph" else ("top1", "linear top-1")
+        return label, self.metrics.get(key) if self.published else None
+
+    @property
+    def trained_with(self) -> str:
+        """What the release was trained with, in a few words (``ResNet-18, 30 epochs on one GPU``):
+        its tag's words from ``RELEASE_TAGS``, the paper's recipe for a graph release, else the first
+        clause of its budget; empty for a name with no weights."""
+        if not self.published:
+            return ""
+        if self.tag in RELEASE_TAGS:
+            return RELEASE_TAGS[self.tag]
+        if self.modality == "graph" and self.tag is None:
+            return GRAPH_RECIPE
+        return (self.budget or "").split(";")[0].split(":")[0]
+
+    @property
     def base_name(self) -> str:
         """The name without its tag: the paper's model this release is of."""
         return self.name.partition(".")[0]
@@ -205,32 +233,43 @@ class ZooEntry:
                 f"{options} --seed 0")
 
     def summary(self) -> str:
-        """A human-readable, multi-line description (what ``hscl_zoo.info`` shows)."""
+        """A human-readable, multi-line description (what ``hscl_zoo.info`` shows): the weights a
+        load of this name reads and their own measured scores first, then the paper's number."""
         method = METHODS[self.method]
+        served = self
+        if self.tag is None and not self.published and is_model(self.name) and resolve(self.name).published:
+            served = resolve(self.name)
         paper = "n/a" if self.paper_top1 is None else f"{self.paper_top1:.2f}" + (
             f" ± {self.paper_top1_std:.2f}" if self.paper_top1_std is not None else "")
-        lines = [
-            self.name,
-            f"  method:      {self.method} ({method.display})"
-            + "".join(f", {key} = {value:g}" for key, value in self.hyperparameters.items()),
-            f"  dataset:     {self.dataset} ({self.dataset_display}, {self.num_classes} classes)",
-            f"  backbone:    {self.backbone}",
-            f"  hub repo:    {self.hub_repo}",
-        ]
+        lines = [self.name]
+        if served is not self:
+            lines.append(f"  loads:       {served.name} (its best published tag)")
+        if served.published:
+            metrics = ", ".join(f"{k}={v:g}" for k, v in served.metrics.items()) or "none recorded"
+            lines += [f"  scores:      {metrics} (measured on these weights)",
+                      f"  trained:     {served.trained_with}"]
         if self.modality == "image":
-            lines += [f"  config:      {self.config}", f"  paper top-1: {paper} %"]
+            lines += [f"  paper top-1: {paper} % (Table 1: ResNet-50, 200 epochs)"]
         else:
             lines += [f"  paper:       {paper} % (Table 2: SVM accuracy on the frozen embeddings)"]
-        if self.budget:
-            lines.append(f"  budget:      {self.budget}")
-        if self.published:
-            metrics = ", ".join(f"{k}={v:g}" for k, v in self.metrics.items()) or "none recorded"
-            where = f"the Hub at revision {self.revision}" if self.revision else "releases/ (not on the Hub yet)"
+        lines += [
+            f"  method:      {self.method} ({method.display})"
+            + "".join(f", {key} = {value:g}" for key, value in served.hyperparameters.items()),
+            f"  dataset:     {self.dataset} ({self.dataset_display}, {self.num_classes} classes)",
+            f"  backbone:    {served.backbone}",
+            f"  hub repo:    {served.hub_repo}",
+        ]
+        if self.modality == "image":
+            lines += [f"  config:      {self.config}"]
+        if served.budget:
+            lines.append(f"  budget:      {served.budget}")
+        if served.published:
+            where = f"the Hub at revision {served.revision}" if served.revision else "releases/ (not on the Hub yet)"
             lines += [f"  status:      published: {where}"]
-            lines += [f"  file:        {name} sha256 {pin.sha256} ({pin.size:,} bytes)" for name, pin in self.files.items()]
-            lines += [f"  metrics:     {metrics}"]
+            lines += [f"  file:        {name} sha256 {pin.sha256} ({pin.size:,} bytes)" for name, pin in served.files.items()]
         elif tags_of(self.name):
-            lines += ["  status:      the paper's recipe is not published; releases at other budgets are"]
+            lines += ["  status:      no weights serve this name; load a tag by its full name",
+                      f"  train it:    {self.train_command}"]
         else:
             lines += [
                 "  status:      not published yet (no weights, no metrics)",
@@ -238,8 +277,7 @@ class ZooEntry:
             ]
         tags = tags_of(self.name)
         if tags:
-            default = resolve(self.name).name
-            lines += [f"  tags:        {', '.join(t + (' (default)' if t == default else '') for t in tags)}"]
+            lines += [f"  tags:        {', '.join(t + (' (default)' if t == served.name else '') for t in tags)}"]
         return "\n".join(lines)
 
     def __str__(self) -> str:
