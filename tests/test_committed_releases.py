@@ -265,3 +265,7 @@ def test_readme_and_the_models_page_quote_every_published_release_with_its_numbe
         text = page.read_text()
         for block, generated in ((NAMES_BLOCK, grid), *([(BLOCK, table)] if page.name == "models.md" else [])):
             assert replace_block(text, block, generated) == text, f"{page.name}: python -m hscl_zoo.zoo.table --quote"
+    from hscl_zoo.zoo.table import render, zoo_rows
+
+    committed = (REPO / "results" / "zoo_metrics.csv").read_text()
+    assert committed == render(zoo_rows(), "csv"), "python -m hscl_zoo.zoo.table --csv results/zoo_metrics.csv"
