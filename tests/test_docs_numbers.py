@@ -297,6 +297,25 @@ def recipe_profile_quote(path: str = "benchmarks/results/recipe_vs_loop_cpu.json
             f"and the diagnostics {seconds['DiagnosticsMeter.update']:.3f} s")
 
 
+def install_size() -> str:
+    size = _json("benchmarks/results/install_size.json")
+    return f"{size['venv_bytes'] / 1e9:.1f} GB, {size['cuda_libraries_bytes'] / 1e9:.1f} GB"
+
+
+def ci_time() -> str:
+    """Each measured `.ci/run` and `pytest`: its wall seconds and minutes, each phase's seconds, and
+    the ratio of the newest full run to the one before the CI-time work."""
+    runs = _json("benchmarks/results/ci_time.json")
+    parts = []
+    for entry in runs.values():
+        parts.append(f"{entry['wall_seconds']:.0f} s ({entry['wall_seconds'] / 60:.0f} min)")
+        parts += [f"{phase['name']} {phase['seconds']:.0f} s" for phase in entry["phases"]]
+        parts += [f"{session['seconds']:.0f} s" for session in entry["pytest_sessions"]]
+    if {"ci/before", "ci/after"} <= set(runs):
+        parts.append(f"{100 * runs['ci/after']['wall_seconds'] / runs['ci/before']['wall_seconds']:.0f} %")
+    return "; ".join(parts)
+
+
 def recipe_vs_loop() -> str:
     return "\n".join([recipe_vs_loop_quote(), recipe_breakdown_table(), recipe_profile_quote()])
 
@@ -312,6 +331,7 @@ SOURCES: dict[str, Callable[[], str]] = {
     r"benchmarks/results/h100_\w+\.json": h100,
     r"results/gpu-cifar10/runs/": gpu_cifar10_runs,
     r"benchmarks/results/recipe_vs_loop_cpu\.json": recipe_vs_loop,
+    r"benchmarks/results/install_size\.json": install_size,
 }
 
 
