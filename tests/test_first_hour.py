@@ -261,3 +261,20 @@ def test_no_user_page_card_or_info_speaks_of_our_gpu_tooling():
     texts |= {f"hscl-zoo info {name}": str(hscl_zoo.info(name)) for name in hscl_zoo.list_models()}
     found = {where: match.group(0) for where, text in texts.items() if (match := TOOLING.search(text))}
     assert not found, found
+
+
+@pytest.mark.slow
+def test_a_refused_run_under_accelerate_launch_prints_one_line(tmp_path):
+    """training.md: under `accelerate launch -q` (one process) a run refused before it starts prints
+    its one line and no launcher traceback, and writes nothing."""
+    run = tmp_path / "thesis"
+    run.mkdir()
+    (run / "thesis.tex").write_text("mine")
+    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", "1",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                           str(REPO / "recipes" / "pretrain.py"), "--output_dir", str(run), "--overwrite"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "ACCELERATE_USE_CPU": "1"})
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode != 0 and len(lines) == 1 and "thesis.tex" in lines[0], lines
+    assert sorted(p.name for p in run.iterdir()) == ["thesis.tex"]

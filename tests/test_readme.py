@@ -71,3 +71,11 @@ def test_docs_numbers_are_those_of_the_files_they_name():
                      row["ratios"][f"official-style / official b={beta}"]]
             quoted = " | ".join(f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})" for r in cells)
             assert f"| {row['B']} | {beta} | {quoted} |" in DOCS["benchmarks.md"], (row["B"], beta)
+
+
+def test_readme_says_what_this_is_before_the_commands_and_stays_short():
+    """A newcomer reads one sentence on what this is (and the flagship's name) before any command,
+    and the README stays a page: details live on the docs site."""
+    before_commands = README[:README.index("```bash")]
+    assert "encoders" in before_commands and 'hscl_zoo.load("hscl-beta-cifar100")' in before_commands
+    assert README.count("\n") <= 150
