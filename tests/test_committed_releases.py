@@ -30,16 +30,13 @@ GRAPH = [name for name in COMMITTED if registry.info(name).modality == "graph"]
 FAST_GRAPH = "hscl-beta-mutag"
 FAST_IMAGE = "hscl-beta-cifar10.cpu-1500"
 """The graph and image releases checked in the default run; the others are checked with -m slow."""
-WHOLE_SPLIT = {FAST_IMAGE} | {
-    max((n for n in IMAGE if registry.info(n).dataset == dataset and registry.serves_bare_name(registry.info(n))),
-        key=lambda n: registry.info(n).metrics["top1"])
-    for dataset in {registry.info(n).dataset for n in IMAGE if registry.serves_bare_name(registry.info(n))}}
-"""Image releases recounted on their whole test split: the smoke test, and per dataset the release
-its bare names serve (hscl-beta-cifar100.gpu-30ep, hucl-cifar10.gpu-30ep). The other GPU releases
-share their code path (bf16 shards loaded into float32, the transform, ResNet-18 with the small
-stem, the folded head) and were recounted in full when they were added; each is counted here on
-its first `SLICE` test images, whose top-1 must lie within 4 binomial standard deviations of the
-eval's (wrong weights, labels or preprocessing fall to chance)."""
+WHOLE_SPLIT = {FAST_IMAGE, registry.resolve("hscl-beta-cifar100").name}
+"""Image releases recounted on their whole test split: the smoke test (300 images) and the flagship,
+the release `hscl_zoo.load("hscl-beta-cifar100")` serves. The other GPU releases share its code
+path (bf16 shards loaded into float32, the transform, ResNet-18 with the small stem, the folded
+head) and were recounted in full when they were added; each is counted here on its first `SLICE`
+test images, whose top-1 must lie within 4 binomial standard deviations of the eval's (wrong
+weights, labels or preprocessing fall to chance)."""
 SLICE = 1000
 MAX_FILE = 16 * 2**20
 MAX_TOTAL = 150 * 2**20

@@ -63,7 +63,7 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
                 knn_k=200, monitor_train_size=10000, mixed_precision="bf16", num_workers=12), evidence=True),
     Budget("gpu-cifar100",
            "One H100/H200: full CIFAR-100 (50,000 training images of 100 classes, the 10,000-image test split), "
-           "ResNet-18 with the paper's small stem, bf16, batch 512, 30 epochs, as gpu-cifar10. The images are the "
+           "ResNet-18 with the paper's small stem, bf16, batch 512, 30 epochs. The images are the "
            "JPEG (quality 75) re-encoding of CIFAR-100 this project's GPU runs read, not the original PNGs, so the "
            "accuracies are not comparable to the paper's column as benchmark numbers.",
            dict(dataset="cifar100", backbone="resnet18", stem="small", epochs=30, batch_size=512, probe_epochs=100,

@@ -111,6 +111,8 @@ def render(rows: list[ZooRow], fmt: str = "table") -> str:
         return out.getvalue()
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}.")
+    if not rows:
+        return ""
     cells = [COLUMNS] + [(row.name, row.dataset, row.method, _number(row.score) or "-", _number(row.paper) or "-",
                           _described(row)) for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS) - 1)]
