@@ -97,3 +97,28 @@ def test_budget_and_study():
     STUDIES[study.name] = study
     yield
     del STUDIES[study.name], BUDGETS[budget.name]
+
+
+@pytest.fixture(autouse=True)
+def small_models_outside_slow(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A guard, not a timer: a test outside `slow` that builds the paper's full-size backbone
+    (ResNet-50) with real weights fails, naming the smaller ways to prove the same (a small backbone,
+    the meta device) or the `slow` mark. timm builds the model as always; this only looks at it."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    import timm
+
+    from hscl_zoo.zoo.registry import PAPER_BACKBONE
+
+    create = timm.create_model
+
+    def create_and_check(name: str, *args, **kwargs):
+        model = create(name, *args, **kwargs)
+        if name == PAPER_BACKBONE and not all(p.is_meta for p in model.parameters()):
+            pytest.fail(f"{request.node.nodeid} builds the full-size {name} outside `slow`: use a small backbone "
+                        "(resnet18, resnet10t) or the meta device where that proves the same, or mark it slow.")
+        return model
+
+    monkeypatch.setattr(timm, "create_model", create_and_check)
+    yield

@@ -27,9 +27,39 @@ def test_a_passing_test_leaves_no_files_and_a_failing_one_keeps_its_own(tmp_path
     basetemp = tmp_path / "basetemp"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-p", "no:cacheprovider", f"--basetemp={basetemp}", str(tmp_path / "test_two.py")],
+         "-p", "no:cacheprovider", "-n", "0", f"--basetemp={basetemp}", str(tmp_path / "test_two.py")],
         capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert "1 failed, 1 passed" in run.stdout, run.stdout + run.stderr
     left = sorted(p.name for p in basetemp.iterdir() if not p.is_symlink())
     assert left == ["test_fails0"], left
     assert (basetemp / "test_fails0" / "run.bin").stat().st_size == 1 << 20
+
+
+GUARDED = '''
+import pytest, timm, torch
+
+def test_full_size():
+    timm.create_model("resnet50")
+
+def test_full_size_on_the_meta_device():
+    with torch.device("meta"):
+        timm.create_model("resnet50")
+
+@pytest.mark.slow
+def test_full_size_marked_slow():
+    timm.create_model("resnet50")
+'''
+
+
+def test_a_fast_test_building_the_full_size_backbone_fails(tmp_path: Path) -> None:
+    """tests/conftest.py's guard: outside `slow`, a real ResNet-50 fails its test; on the meta device,
+    or in a slow test, it is allowed."""
+    for name in ("conftest.py", "helpers.py"):
+        (tmp_path / name).write_text((ROOT / "tests" / name).read_text())
+    (tmp_path / "test_guarded.py").write_text(GUARDED)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "no:cacheprovider", "-n", "0", "-m", "slow or not slow", str(tmp_path / "test_guarded.py")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "1 failed, 2 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "test_guarded.py::test_full_size builds the full-size resnet50 outside `slow`" in run.stdout
