@@ -265,16 +265,6 @@ def test_recipe_with_compile_trains_like_eager(tmp_path):
     assert loss("compiled") == pytest.approx(loss("eager"), rel=1e-3)
 
 
-@pytest.mark.slow
-def test_cuda_parity_script_runs_on_the_cpu(tmp_path):
-    """The first command of the README's GPU sequence runs anywhere (on the CPU it compares the CPU
-    with itself, so every gap is zero)."""
-    parity = load_benchmark("cuda_parity")
-    assert parity.main(["--device", "cpu", "--json", str(tmp_path / "parity.json")]) == 0
-    checks = json.loads((tmp_path / "parity.json").read_text())["checks"]
-    assert len(checks) == 14 and all(c["ok"] and c["gap"] == 0 for c in checks)
-
-
 def test_batches_in_flight_through_shared_memory_warn_when_they_would_not_fit():
     """Workers hand their ready batches to the main process through /dev/shm: 16 workers x 2 batches
     of 512 CIFAR images x 2 float views (12 MiB each) need 384 MiB, which a 64 MiB container shm
