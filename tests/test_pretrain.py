@@ -58,6 +58,7 @@ def snapshot(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # the default recipe on 700 digits for 2 epochs: about a minute
 def test_default_under_accelerate_launch_is_well_above_chance(tmp_path):
     out = tmp_path / "run"
     result = launch("--epochs", "2", "--subset", "700", "--probe_epochs", "50", "--output_dir", str(out))

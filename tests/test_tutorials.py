@@ -53,6 +53,7 @@ def test_every_tutorial_is_tested_and_in_the_site_nav():
     assert all(f"tutorials/{name}" in nav for name in names)
 
 
+@pytest.mark.slow  # 20 to 60 s each on two cores
 def test_loss_in_your_loop_trains_and_reports_the_diagnostics(tmp_path):
     out, _ = run_tutorial("01_loss_in_your_loop.py", tmp_path)
     epochs = re.findall(r"epoch (\d): loss ([\d.]+), Assumption 1 holds for ([\d.]+)% of anchors, "
@@ -66,6 +67,7 @@ def test_loss_in_your_loop_trains_and_reports_the_diagnostics(tmp_path):
     assert after > before
 
 
+@pytest.mark.slow  # 20 to 60 s each on two cores
 def test_your_image_folder_exports_an_onnx_file_that_matches_the_embeddings(tmp_path):
     import onnxruntime
 
@@ -88,6 +90,7 @@ def test_your_image_folder_exports_an_onnx_file_that_matches_the_embeddings(tmp_
     np.testing.assert_allclose(features, embeddings, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # 20 to 60 s each on two cores
 def test_model_folder_tutorial_draws_the_papers_figures(tmp_path):
     out, work = run_tutorial("03_model_folder_and_figures.py", tmp_path)
     digits = {path.name for path in (work / "figures-digits").iterdir()}
@@ -103,6 +106,7 @@ def test_model_folder_tutorial_draws_the_papers_figures(tmp_path):
     assert len(committed) == 5
 
 
+@pytest.mark.slow  # 20 to 60 s each on two cores
 def test_graphs_tutorial_trains_on_mutag_and_embeds_from_the_command_line(shared_data, tmp_path):
     tu_root = shared_data / "tudataset"
     if not (tu_root / "MUTAG").is_dir():
