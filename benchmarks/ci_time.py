@@ -109,10 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/ci_time"),
                         help="where the fresh clone goes (emptied first)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--note", help="what else ran on the machine meanwhile, if anything (recorded as is)")
     args = parser.parse_args(argv)
     commit = resolve(args.commit)
     workdir = args.workdir / f"{args.mode}-{args.label}"
     entry = measure(args.mode, commit, workdir, workdir.with_suffix(".log"))
+    if args.note:
+        entry["note"] = args.note
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     results[f"{args.mode}/{args.label}"] = entry
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -1,6 +1,7 @@
 """Shared fixtures: the offline test datasets beside the checkout, the embedded digits, and torch's
-thread count kept as the session started; and how the suite shares the cores among pytest-xdist's
-workers (`-n auto` in pyproject.toml)."""
+thread count kept as the session started; the cores shared among pytest-xdist's workers (`-n auto
+--dist loadfile` in pyproject.toml: each file runs on one worker, in order, so a module's fixtures
+are built once and doc blocks that share a folder run in page order)."""
 
 from __future__ import annotations
 
@@ -19,20 +20,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
                                                       // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-
-SPREAD_MODULES = frozenset({"test_doc_snippets", "test_tutorials"})
-"""Files whose tests are independent and each long: their tests are spread over the workers. Every
-other file runs on one worker, in file order, so a module-scoped fixture (a trained run that
-several tests read) is built once."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        module = item.module.__name__ if item.module is not None else item.nodeid.split("::")[0]
-        if item.get_closest_marker("xdist_group") is None and module not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture(autouse=True)

@@ -157,14 +157,8 @@ def _provide(need: str, root: Path) -> None:
                 counts[label] = counts.get(label, 0) + 1
 
 
-def _marks(block: Block) -> list[pytest.MarkDecorator]:
-    """`slow` as the page says; blocks sharing the scratch folder (its run or images) run on one
-    xdist worker, in page order."""
-    shares = any(need != "tudataset" for need in block.needs)
-    return [*([pytest.mark.slow] if block.slow else []), *([pytest.mark.xdist_group("docs-shared")] if shares else [])]
-
-
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=_marks(b)) for b in BLOCKS])
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] if b.slow else [])
+                                   for b in BLOCKS])
 def test_block_runs(block: Block, shared: Path, tmp_path: Path) -> None:
     if block.skip:
         pytest.skip(f"{block.id}: {block.skip}")
