@@ -6,6 +6,8 @@ watch on the embedded digits."""
 
 import json
 
+import pytest
+
 from helpers import REPO, load_script
 
 
@@ -40,6 +42,7 @@ def test_loss_bench_with_several_calls_per_synchronisation(tmp_path, monkeypatch
     assert run["cells"] and all(t > 0 for cell in run["cells"] for t in cell["median_s"].values())
 
 
+@pytest.mark.slow  # two short training runs on digits: over 20 s on two cores
 def test_queue_collapse_watch_on_digits(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     watch = load_script("benchmarks", "queue_collapse")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TESTS = '''
@@ -51,6 +53,7 @@ def test_full_size_marked_slow():
 '''
 
 
+@pytest.mark.slow  # a pytest session of its own that builds ResNet-50 twice
 def test_a_fast_test_building_the_full_size_backbone_fails(tmp_path: Path) -> None:
     """tests/conftest.py's guard: outside `slow`, a real ResNet-50 fails its test; on the meta device,
     or in a slow test, it is allowed."""

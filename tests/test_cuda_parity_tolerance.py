@@ -62,6 +62,7 @@ def test_tf32_rounding_keeps_ten_mantissa_bits_rounding_to_nearest():
     assert ((parity.tf32(y) - y).abs() <= y.abs() * 2.0 ** -11).all()
 
 
+@pytest.mark.slow  # a ResNet step three ways: about 20 s on two cores
 def test_the_tf32_emulation_changes_the_step_by_rounding_and_exact_float32_matches():
     """On the CPU the device runs equal the CPU's (gap 0); the emulated TF32 step differs from it by
     rounding, well above float32's noise and well below a wrong gradient (gap ~1); the TF32 row's
