@@ -332,6 +332,7 @@ SOURCES: dict[str, Callable[[], str]] = {
     r"results/gpu-cifar10/runs/": gpu_cifar10_runs,
     r"benchmarks/results/recipe_vs_loop_cpu\.json": recipe_vs_loop,
     r"benchmarks/results/install_size\.json": install_size,
+    r"benchmarks/results/ci_time\.json": ci_time,
 }
 
 
@@ -391,9 +392,11 @@ def test_every_quoted_file_names_the_code_it_measured():
             if file.name.startswith("h100_"):
                 continue
             record = json.loads(file.read_text())
-            commit = record.get("commit") or record.get("git_commit")
-            if not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
-                missing.append(file.relative_to(ROOT).as_posix())
+            measurements = list(record.values()) if file.name == "ci_time.json" else [record]  # one per label
+            for measurement in measurements:
+                commit = measurement.get("commit") or measurement.get("git_commit")
+                if not (isinstance(commit, str) and COMMIT.fullmatch(commit)):
+                    missing.append(file.relative_to(ROOT).as_posix())
     assert not missing, f"result files quoted without the commit they were measured at: {missing}"
 
 
