@@ -236,9 +236,8 @@ class ZooEntry:
         """A human-readable, multi-line description (what ``hscl_zoo.info`` shows): the weights a
         load of this name reads and their own measured scores first, then the paper's number."""
         method = METHODS[self.method]
-        served = self
-        if self.tag is None and not self.published and is_model(self.name) and resolve(self.name).published:
-            served = resolve(self.name)
+        default = resolve(self.name) if self.tag is None and not self.published and is_model(self.name) else self
+        served = default if default.published else self
         paper = "n/a" if self.paper_top1 is None else f"{self.paper_top1:.2f}" + (
             f" ± {self.paper_top1_std:.2f}" if self.paper_top1_std is not None else "")
         lines = [self.name]
