@@ -154,8 +154,8 @@ EOF
   run parity "$RES/parity.json" "$PY" benchmarks/cuda_parity.py --device $DEVICE --json "$RES/parity.json"
 
   local dir=$STATE/resume-check small=()
-  [ $REHEARSE = 1 ] && small=(--backbone resnet18 --subset 256 --batch_size 64 --mixed_precision no --num_workers 0
-                                --probe_epochs 2 --monitor_train_size 256 --knn_k 20)
+  [ $REHEARSE = 1 ] && small=(--backbone resnet18 --subset 64 --batch_size 32 --mixed_precision no --num_workers 0
+                                --probe_epochs 2 --monitor_train_size 64 --knn_k 20)  # two steps an epoch prove the resume
   if [ ! -s "$RES/resume.json" ]; then
     if [ ! -s "$STATE/resume-first.jsonl" ]; then
       rm -rf "$dir"

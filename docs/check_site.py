@@ -3,8 +3,9 @@ of its column, and no page requests anything from outside the site.
 
     mkdocs build --strict --site-dir /tmp/site && python docs/check_site.py /tmp/site
 
-Each page is opened at 1400 px and at 390 px (a phone) from a local server, through the Chrome
-DevTools protocol (aiohttp's WebSocket client). Reported per page and width: an element of the
+Each page is loaded once from a local server at 1400 px, checked, narrowed to 390 px (a phone, as
+DevTools' device toolbar does: the layout reflows to the new media queries) and checked again,
+through the Chrome DevTools protocol (aiohttp's WebSocket client). Reported per page and width: an element of the
 content column that ends right of the column without a scrolling box around it, a page wider than
 the window, and every request whose URL is not on the local server (fonts, scripts, images,
 analytics). Exit status 1 when anything is reported.
@@ -31,7 +32,8 @@ WIDTHS = (1400, 390)
 HEIGHT = 900
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 OVERFLOW_SCRIPT = r"""
-(() => {
+(async () => {
+  for (let frame = 0; frame < 2; frame++) await new Promise(done => requestAnimationFrame(done));
   const doc = document.documentElement, found = [];
   if (doc.scrollWidth > doc.clientWidth + 1) found.push(`the page scrolls sideways (${doc.scrollWidth} px in a ${doc.clientWidth} px window)`);
   const column = document.querySelector('.md-content');
@@ -103,7 +105,7 @@ class Page:
 
 
 async def check_pages(port: int, origin: str, pages: list[str]) -> list[str]:
-    """Open every page at every width in one tab; the problems found, one line each."""
+    """Load every page once in one tab and check it at every width; the problems found, one line each."""
     problems = []
     async with aiohttp.ClientSession() as session:
         async with session.put(f"http://127.0.0.1:{port}/json/new?about:blank") as reply:
@@ -112,21 +114,24 @@ async def check_pages(port: int, origin: str, pages: list[str]) -> list[str]:
             page = Page(socket)
             await page.call("Page.enable")
             await page.call("Network.enable")
-            for width in WIDTHS:
-                await page.call("Emulation.setDeviceMetricsOverride", width=width, height=HEIGHT, deviceScaleFactor=1,
-                                mobile=width < 600)
-                for path in pages:
-                    page.requests.clear()
-                    page.loaded.clear()
-                    await page.call("Page.navigate", url=f"{origin}/{path}")
-                    await asyncio.wait_for(page.loaded.wait(), 60)
-                    await asyncio.sleep(0.3)
-                    found = await page.call("Runtime.evaluate", expression=OVERFLOW_SCRIPT, returnByValue=True)
+            for path in pages:
+                page.requests.clear()
+                page.loaded.clear()
+                await page.call("Emulation.setDeviceMetricsOverride", width=WIDTHS[0], height=HEIGHT,
+                                deviceScaleFactor=1, mobile=WIDTHS[0] < 600)
+                await page.call("Page.navigate", url=f"{origin}/{path}")
+                await asyncio.wait_for(page.loaded.wait(), 60)
+                for index, width in enumerate(WIDTHS):
+                    if index:  # the loaded page narrowed: the layout reflows as the window's media queries change
+                        await page.call("Emulation.setDeviceMetricsOverride", width=width, height=HEIGHT,
+                                        deviceScaleFactor=1, mobile=width < 600)
+                    found = await page.call("Runtime.evaluate", expression=OVERFLOW_SCRIPT, returnByValue=True,
+                                            awaitPromise=True)
                     for line in found["result"].get("value", []):
                         problems.append(f"{path} at {width} px: {line}")
-                    for url in page.requests:
-                        if not url.startswith((origin, "data:", "blob:", "about:")):
-                            problems.append(f"{path} at {width} px: requests {url}, outside the site")
+                for url in page.requests:
+                    if not url.startswith((origin, "data:", "blob:", "about:")):
+                        problems.append(f"{path}: requests {url}, outside the site")
             page.reader.cancel()
     return problems
 

@@ -5,7 +5,9 @@ are built once and doc blocks that share a folder run in page order)."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ import torch
 from helpers import missing_data
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+CI_TIME = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ci_time.json"
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # N workers on C cores: each worker, and every process a test starts (they inherit the
@@ -109,3 +113,29 @@ def small_models_outside_slow(request: pytest.FixtureRequest, monkeypatch: pytes
 
     monkeypatch.setattr(timm, "create_model", create_and_check)
     yield
+
+
+def recorded_seconds_per_file() -> dict[str, float]:
+    """Each test file's seconds in the newest measured CI run (``benchmarks/results/ci_time.json``:
+    the slowest tests of each pytest phase), summed over its listed tests; a file not listed is
+    absent."""
+    try:
+        runs = json.loads(CI_TIME.read_text())
+    except (OSError, ValueError):
+        return {}
+    newest = max(runs.values(), key=lambda run: run.get("started", ""), default={})
+    seconds: dict[str, float] = defaultdict(float)
+    for session in newest.get("pytest_sessions", []):
+        for test in session.get("slowest", []):
+            seconds[test["test"].split("::")[0]] += test["seconds"]
+    return dict(seconds)
+
+
+def pytest_collection_modifyitems(config, items):
+    """On xdist's workers, the longest files first (their seconds in the newest CI measurement), each
+    file's tests kept together and in order: the scheduler hands out files in this order, so the
+    last file to start is a short one and the workers finish together."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    seconds = recorded_seconds_per_file()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))

@@ -68,3 +68,23 @@ def test_no_page_shows_a_traceback(site):
     shown = [str(page.relative_to(site)) for page in site.rglob("*.html")
              if "Traceback (most recent call last)" in html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))]
     assert not shown, f"pages showing a traceback: {shown}"
+
+
+def test_the_browser_check_finds_a_phone_only_overflow_and_a_request_off_the_site(tmp_path):
+    """A three-page site where only the phone width overflows one page, and another page asks for an
+    image from elsewhere: the check names both, at the right width, and nothing on the clean page."""
+    chromium = check_site.find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium on the PATH (apt-get install chromium)")
+    page = ('<!doctype html><html><head><meta name="viewport" content="width=device-width"><style>'
+            'body{{margin:0}} .md-content{{max-width:100%;margin:0 8px}}'
+            '@media (max-width:600px){{.wide{{width:500px}}}}</style></head>'
+            '<body><div class="md-content"><p>text</p>{}</div></body></html>')
+    (tmp_path / "clean.html").write_text(page.format('<div class="wide-on-no-screen">fits</div>'))
+    (tmp_path / "narrow.html").write_text(page.format('<div class="wide">a table as wide as a laptop</div>'))
+    (tmp_path / "external.html").write_text(page.format('<img src="http://example.invalid/logo.png" alt="">'))
+    problems = check_site.check_site(tmp_path, chromium)
+    assert any(p.startswith("narrow.html at 390 px: <div> ends at") for p in problems), problems
+    assert not any(p.startswith(("narrow.html at 1400", "clean.html")) for p in problems), problems
+    assert [p for p in problems if p.startswith("external.html")] == [
+        "external.html: requests http://example.invalid/logo.png, outside the site"], problems
