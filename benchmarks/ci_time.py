@@ -83,7 +83,7 @@ def parse(lines: list[tuple[float, str]]) -> dict[str, Any]:
 
 def measure(mode: str, commit: str, workdir: Path, log: Path) -> dict[str, Any]:
     clone = fresh_clone(commit, workdir)
-    env = dict(os.environ, CI="true", PYTEST_ADDOPTS="--durations=40")
+    env = dict(os.environ, CI="true", PYTEST_ADDOPTS="--durations=100")
     env.pop("VIRTUAL_ENV", None)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     start = time.monotonic()
