@@ -233,6 +233,7 @@ def fresh_loads(fresh_checkout: Path, tmp_path_factory) -> dict[str, tuple[dict,
     return {name: (intact[name], refused[name], edited[name]) for name in COMMITTED}
 
 
+@pytest.mark.slow  # a copy of the checkout and every release loaded twice in fresh interpreters: 24 s
 @pytest.mark.parametrize("name", COMMITTED)
 def test_in_a_fresh_checkout_it_loads_and_one_edited_byte_is_refused(name, fresh_checkout, fresh_loads) -> None:
     loaded, refused, weights = fresh_loads[name]

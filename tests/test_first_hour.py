@@ -128,6 +128,7 @@ def test_an_unreachable_hub_is_reported_at_once(monkeypatch, tmp_path):
     assert "--local-dir data/stl10' and pass '--data_dir data/stl10'" in str(err.value)
 
 
+@pytest.mark.slow  # the whole training stack imported in a fresh interpreter: 11 s
 def test_offline_train_names_the_dataset_its_download_and_data_dir(tmp_path):
     """What `hscl-zoo info` tells a user to run, offline: one line, no traceback, nothing written."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(REPO)}

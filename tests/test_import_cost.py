@@ -58,6 +58,7 @@ def test_help_imports_no_torch():
     assert loaded == set() and "hscl-zoo list" in out
 
 
+@pytest.mark.slow  # three fresh interpreters importing torch: 11 s on two cores
 def test_package_root_loads_names_on_first_use():
     loaded, out = imported_after("import hscl_zoo\nprint(hscl_zoo.list_models('ucl-*'))")
     assert loaded == set() and "ucl-cifar10" in out
