@@ -116,14 +116,15 @@ def small_models_outside_slow(request: pytest.FixtureRequest, monkeypatch: pytes
 
 
 def recorded_seconds_per_file() -> dict[str, float]:
-    """Each test file's seconds in the newest measured CI run (``benchmarks/results/ci_time.json``:
-    the slowest tests of each pytest phase), summed over its listed tests; a file not listed is
-    absent."""
+    """Each test file's seconds in the newest measured `.ci/run` (the ``ci/`` entries of
+    ``benchmarks/results/ci_time.json``: the slowest tests of each pytest phase, the slow one
+    included), summed over its listed tests; a file not listed is absent."""
     try:
         runs = json.loads(CI_TIME.read_text())
     except (OSError, ValueError):
         return {}
-    newest = max(runs.values(), key=lambda run: run.get("started", ""), default={})
+    full = [run for key, run in runs.items() if key.startswith("ci/")]
+    newest = max(full, key=lambda run: run.get("started", ""), default={})
     seconds: dict[str, float] = defaultdict(float)
     for session in newest.get("pytest_sessions", []):
         for test in session.get("slowest", []):
