@@ -187,20 +187,21 @@ EOF
 }
 
 step_measure() {
-  local bench=() tp=() mem=(--memory-batches 512 1024 2048 4096)
+  local bench=() tp=() compile_tp=() mem=(--memory-batches 512 1024 2048 4096)
   if [ $REHEARSE = 1 ]; then
     bench=(--batch-sizes 32 --reruns 1 --repeats 2 --reference-max-batch 32)
-    tp=(--backbones resnet18 --batch-size 4 --steps 1 --warmup 1 --rows 64 --workers 0)  # bf16 on a CPU: the smallest batch proves the command
+    local tiny=(--batch-size 4 --steps 1 --warmup 1 --rows 64 --workers 0)  # bf16 on a CPU: the smallest batch proves the command
+    tp=(--backbones resnet18 "${tiny[@]}")
+    compile_tp=(--backbones resnet10t "${tiny[@]}")  # the rehearsal proves the flags: the smallest ResNet compiles fastest
     mem=(--memory-batches 32 64)
   else
     bench=(--batch-sizes 512,2048,8192 --reruns 3 --repeats 5 --iters-per-sync 5)
     tp=(--backbones resnet18 resnet50 --workers 12)
+    compile_tp=(--backbones resnet50 --workers 12)
   fi
   run loss-bench "$RES/loss.json" "$PY" benchmarks/loss_bench.py --device $DEVICE "${bench[@]}" --json "$RES/loss.json"
   run throughput "$RES/throughput.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA/cifar10" \
     --losses hscl-beta "${tp[@]}" --channels-last --fused-optim --gpu-augment --cache --bf16 --json "$RES/throughput.json"
-  local compile_tp=(--backbones resnet10t "${tp[@]:2}")  # the rehearsal proves the flags: the smallest ResNet compiles fastest
-  [ $REHEARSE = 0 ] && compile_tp=(--backbones resnet50 --workers 12)
   run compile "$RES/compile.json" "$PY" benchmarks/train_throughput.py --device $DEVICE --data-dir "$DATA/cifar10" \
     --losses hscl-beta --no-plain "${compile_tp[@]}" --channels-last --fused-optim --gpu-augment --cache --bf16 --compile \
     --json "$RES/compile.json"

@@ -93,6 +93,11 @@ class Page:
             elif data.get("method") == "Page.loadEventFired":
                 self.loaded.set()
 
+    async def window(self, width: int) -> None:
+        """Set the window to ``width`` px (a phone's, with mobile emulation, under 600 px)."""
+        await self.call("Emulation.setDeviceMetricsOverride", width=width, height=HEIGHT, deviceScaleFactor=1,
+                        mobile=width < 600)
+
     async def call(self, method: str, **params: object) -> dict:
         self.next_id += 1
         future = asyncio.get_running_loop().create_future()
@@ -117,14 +122,11 @@ async def check_pages(port: int, origin: str, pages: list[str]) -> list[str]:
             for path in pages:
                 page.requests.clear()
                 page.loaded.clear()
-                await page.call("Emulation.setDeviceMetricsOverride", width=WIDTHS[0], height=HEIGHT,
-                                deviceScaleFactor=1, mobile=WIDTHS[0] < 600)
+                await page.window(WIDTHS[0])
                 await page.call("Page.navigate", url=f"{origin}/{path}")
                 await asyncio.wait_for(page.loaded.wait(), 60)
-                for index, width in enumerate(WIDTHS):
-                    if index:  # the loaded page narrowed: the layout reflows as the window's media queries change
-                        await page.call("Emulation.setDeviceMetricsOverride", width=width, height=HEIGHT,
-                                        deviceScaleFactor=1, mobile=width < 600)
+                for width in WIDTHS:
+                    await page.window(width)  # the loaded page narrowed: the layout reflows to the new media queries
                     found = await page.call("Runtime.evaluate", expression=OVERFLOW_SCRIPT, returnByValue=True,
                                             awaitPromise=True)
                     for line in found["result"].get("value", []):

@@ -12,6 +12,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+"""The first eight bytes of every PNG file."""
+
+
 def missing_data(path: Path) -> str:
     """The skip reason of a test whose data is not beside the clone: what is missing and how to get it."""
     return (f"{path} not found (a clone without the test data; CI has it): download it beside the clone as "

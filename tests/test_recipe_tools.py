@@ -20,11 +20,10 @@ import hscl_zoo
 from hscl_zoo.evaluation import evaluate_model
 from hscl_zoo.reproduction import figures
 
-from helpers import load_script
+from helpers import PNG_SIGNATURE, load_script
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--epochs", "2", "--batch_size", "64", "--subset", "300", "--probe_epochs", "5"]
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _recipe(name: str):

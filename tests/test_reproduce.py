@@ -15,7 +15,7 @@ from scipy.stats import t as student_t
 from hscl_zoo.reproduction import budgets, claims_table, report, summary
 from hscl_zoo.reproduction.statistics import paired_difference
 
-from helpers import load_script
+from helpers import PNG_SIGNATURE, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,7 +197,7 @@ def test_tiny_sweep_writes_a_complete_table_and_skips_finished_runs(tmp_path):
     text = (tmp_path / "summary.md").read_text()
     assert "| SCL |" in text and "| H-SCL(τ) |" in text and "what the threshold kept" in text
     for name in ("fig1_accuracy.png", "fig4_assumption.png", "fig5_losses.png", "fig_threshold.png"):
-        assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / "figures" / name).read_bytes()[:8] == PNG_SIGNATURE
     stamps = {p: p.stat().st_mtime_ns for p in runs}
     driver.main(args)
     assert {p: p.stat().st_mtime_ns for p in runs} == stamps, "finished runs must be skipped"

@@ -26,11 +26,11 @@ import torch
 from PIL import Image
 
 import hscl_zoo
+from helpers import PNG_SIGNATURE
 
 REPO = Path(__file__).resolve().parents[1]
 TU_ROOT = REPO.parent / "shared" / "data" / "tudataset"
 TUTORIALS = REPO / "docs" / "tutorials"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 sys.path.insert(0, str(REPO / "docs"))
 import check_site  # noqa: E402
 
@@ -54,9 +54,14 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+def page_text(page: Path) -> str:
+    """A built page's text, tags removed and entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+
+
 def tutorial_output(site: Path, name: str) -> str:
-    """The text of a tutorial's page, tags removed: its code and what each cell printed."""
-    return html.unescape(re.sub(r"<[^>]+>", "", (site / "tutorials" / name / "index.html").read_text()))
+    """The text of a tutorial's page: its code and what each cell printed."""
+    return page_text(site / "tutorials" / name / "index.html")
 
 
 def tutorial_work(site: Path, holding: str) -> Path:
@@ -96,7 +101,7 @@ def test_no_page_shows_a_traceback(site):
     """A tutorial cell that raises fails the build (mkdocs.yml: allow_errors false); a page that
     prints a traceback some other way, caught and shown, is as broken to its reader."""
     shown = [str(page.relative_to(site)) for page in site.rglob("*.html")
-             if "Traceback (most recent call last)" in html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))]
+             if "Traceback (most recent call last)" in page_text(page)]
     assert not shown, f"pages showing a traceback: {shown}"
 
 
