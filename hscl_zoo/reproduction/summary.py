@@ -88,7 +88,8 @@ def method_rows(records: list[Record]) -> list[dict[str, Any]]:
         row["epochs"] = min(len(r["history"]) for r in rs)
         row["assumption_first"] = statistics.fmean(r["history"][0]["assumption_fraction"] for r in rs)
         row["assumption_last"] = statistics.fmean(r["history"][-1]["assumption_fraction"] for r in rs)
-        row["assumption_min"] = min(history_values(rs, "assumption_fraction"))
+        measured = history_values(rs, "assumption_fraction")
+        row["assumption_min"] = min(measured) if measured else None
         row["assumption_rises_every_epoch"] = sum(_rises(r, "assumption_fraction") for r in rs)
         row["lemma_hscl_le_hucl_every_epoch"] = all(h["loss_hscl"] <= h["loss_hucl"] for r in rs for h in r["history"])
         row["kept_first"], row["kept_last"] = _first_last(rs, "threshold_kept_fraction")
@@ -180,6 +181,9 @@ def _assumption(groups: dict[str, list[Record]]) -> Verdict:
     if not runs:
         return Verdict(claim, "not testable at this budget", f"no {display('hscl-beta')} or {display('hscl-tau')} run yet.")
     values = history_values(runs, "assumption_fraction")
+    if not values:
+        return Verdict(claim, "not testable at this budget", "no batch of the H-SCL runs held two images of one label, "
+                       "so no anchor had a positive to measure Assumption 1 on.")
     rising = sum(_rises(r, "assumption_fraction") for r in runs)
     evidence = (f"over {_count(len(runs), 'H-SCL run')} and all their epochs the fraction ranges {min(values):.1%}-{max(values):.1%} "
                 f"(last epoch: {statistics.fmean(r['history'][-1]['assumption_fraction'] for r in runs):.1%} on average); "
