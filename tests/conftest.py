@@ -17,6 +17,7 @@ from helpers import missing_data
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 CI_TIME = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ci_time.json"
+CURRENT_SUITE = "ci/after"  # the key benchmarks/ci_time.py writes for `--label after`
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # N workers on C cores: each worker, and every process a test starts (they inherit the
@@ -116,24 +117,23 @@ def small_models_outside_slow(request: pytest.FixtureRequest, monkeypatch: pytes
 
 
 def recorded_seconds_per_file() -> dict[str, float]:
-    """Each test file's seconds in the newest measured `.ci/run` (the ``ci/`` entries of
+    """Each test file's seconds in the `.ci/run` of the current suite (``ci/after`` in
     ``benchmarks/results/ci_time.json``: the slowest tests of each pytest phase, the slow one
-    included), summed over its listed tests; a file not listed is absent."""
+    included), summed over its listed tests; a file not listed is absent. Not the newest entry: a
+    later measurement of the suite before the CI-time work lists files and tests that changed since."""
     try:
         runs = json.loads(CI_TIME.read_text())
     except (OSError, ValueError):
         return {}
-    full = [run for key, run in runs.items() if key.startswith("ci/")]
-    newest = max(full, key=lambda run: run.get("started", ""), default={})
     seconds: dict[str, float] = defaultdict(float)
-    for session in newest.get("pytest_sessions", []):
+    for session in runs.get(CURRENT_SUITE, {}).get("pytest_sessions", []):
         for test in session.get("slowest", []):
             seconds[test["test"].split("::")[0]] += test["seconds"]
     return dict(seconds)
 
 
 def pytest_collection_modifyitems(config, items):
-    """On xdist's workers, the longest files first (their seconds in the newest CI measurement), each
+    """On xdist's workers, the longest files first (their seconds in the current suite's CI run), each
     file's tests kept together and in order: the scheduler hands out files in this order, so the
     last file to start is a short one and the workers finish together."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
