@@ -30,7 +30,7 @@ from helpers import load_script
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "pretrain.py"
 ACCELERATE = Path(sys.executable).with_name("accelerate")
-TINY = ["--subset", "200", "--batch_size", "64", "--probe_epochs", "10", "--monitor_train_size", "200"]
+TINY = ["--subset", "200", "--batch_size", "64", "--probe_epochs", "10", "--monitor_train_size", "200", "--backbone", "resnet10t"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 

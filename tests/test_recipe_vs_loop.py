@@ -59,7 +59,8 @@ def test_the_benchmark_runs_at_toy_size_and_writes_every_rerun(tmp_path, monkeyp
     bench = load_script("benchmarks", "recipe_vs_loop")
     out = tmp_path / "bench.json"
     result = bench.main(["--dataset", "digits", "--subset", "64", "--batch-size", "16", "--reruns", "2",
-                         "--slice-steps", "3", "--repeats", "1", "--json", str(out)])
+                         "--slice-steps", "3", "--repeats", "1", "--threads", str(torch.get_num_threads()),
+                         "--json", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     steps = result["setting"]["steps_per_epoch"]
     assert steps == 4 and [r["rerun"] for r in result["runs"]] == [0, 1]

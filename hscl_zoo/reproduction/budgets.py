@@ -75,10 +75,10 @@ twin at a CPU size that proves its commands first."""
 for _name in GPU_BUDGETS:
     BUDGETS[f"{_name}-rehearsal"] = Budget(
         f"{_name}-rehearsal",
-        f"{_name}'s settings at a CPU size (128 images, 1 epoch, float32, no workers): "
+        f"{_name}'s settings at a CPU size (64 images, 1 epoch, float32, no workers): "
         "`benchmarks/gpu_sprint.sh --rehearse next` proves the GPU budget's commands before a GPU runs them. Not evidence.",
-        {**BUDGETS[_name].settings, "subset": 128, "epochs": 1, "batch_size": 64, "mixed_precision": "no",
-         "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": 128})
+        {**BUDGETS[_name].settings, "subset": 64, "epochs": 1, "batch_size": 32, "mixed_precision": "no",
+         "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": 64})
 
 # Within a seed: the headline pair first, and SCL before H-SCL(tau), whose threshold comes from SCL.
 RUN_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
