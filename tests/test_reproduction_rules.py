@@ -138,13 +138,13 @@ def test_assumption_needs_more_than_95_percent_and_a_strict_rise():
     assert rows(rising)["hscl-beta"]["assumption_rises_every_epoch"] == 2
 
 
-
 def test_assumption_never_measured_is_not_testable_and_its_row_says_so():
     """Batches with no two images of one label (CIFAR-100 at batch 32) leave no anchor to measure."""
     unmeasured = [run("hscl-beta", 0, assumption_fraction=math.nan), run("scl", 0, assumption_fraction=math.nan)]
     assert claim(unmeasured, "assumption") == Verdict(CLAIMS["assumption"], NOT_TESTABLE,
         "no batch of the H-SCL runs held two images of one label, so no anchor had a positive to measure Assumption 1 on.")
     assert rows(unmeasured)["hscl-beta"]["assumption_min"] is None
+
 
 def test_lemma_holds_at_equality_and_fails_on_one_epoch():
     tied = [run("hscl-beta", 0, loss_hscl=5.0, loss_hucl=5.0), run("scl", 0, loss_hscl=5.0, loss_hucl=5.0)]

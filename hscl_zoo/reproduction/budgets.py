@@ -72,13 +72,14 @@ BUDGETS: dict[str, Budget] = {b.name: b for b in (
 GPU_BUDGETS = ("gpu-cifar100", "gpu-cifar10")
 """The budgets trained on a lent GPU (benchmarks/gpu_sprint.sh), each with a ``<name>-rehearsal``
 twin at a CPU size that proves its commands first."""
+REHEARSAL_IMAGES = 64
 for _name in GPU_BUDGETS:
     BUDGETS[f"{_name}-rehearsal"] = Budget(
         f"{_name}-rehearsal",
-        f"{_name}'s settings at a CPU size (64 images, 1 epoch, float32, no workers): "
+        f"{_name}'s settings at a CPU size ({REHEARSAL_IMAGES} images, 1 epoch, float32, no workers): "
         "`benchmarks/gpu_sprint.sh --rehearse next` proves the GPU budget's commands before a GPU runs them. Not evidence.",
-        {**BUDGETS[_name].settings, "subset": 64, "epochs": 1, "batch_size": 32, "mixed_precision": "no",
-         "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": 64})
+        {**BUDGETS[_name].settings, "subset": REHEARSAL_IMAGES, "epochs": 1, "batch_size": REHEARSAL_IMAGES // 2,
+         "mixed_precision": "no", "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": REHEARSAL_IMAGES})
 
 # Within a seed: the headline pair first, and SCL before H-SCL(tau), whose threshold comes from SCL.
 RUN_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
