@@ -42,7 +42,7 @@ CONFIG_KEYS = [
     "method", "temperature", "beta", "threshold_start", "threshold_end", "tau_plus", "positives", "M",
     "unlabelled_negatives", "queue_size", "queue_positives", "queue_start_epoch",
     "epochs", "batch_size", "chunk_size", "optimizer", "lr", "weight_decay", "mixed_precision", "seed", "num_workers",
-    "channels_last", "fused_optimizer", "gpu_augment", "cache_images", "compile",
+    "channels_last", "fused_optimizer", "gpu_augment", "cache_images", "device_data", "compile", "compile_mode",
     "sync_batchnorm", "memory_check", "dist_timeout", "monitor_every", "checkpoint_every",
     "knn_k", "monitor_train_size", "monitor_test_size", "diagnostics", "diagnostics_every", "probe_epochs", "log_with",
     "verbose", "output_dir", "keep_checkpoints",

@@ -31,7 +31,8 @@ on for the rest of the process (:func:`~hscl_zoo.data.device_ops.exact_float32_m
 the resampling weights would lose about three decimal digits.
 
 Reproducibility: the parameters come from a ``torch.Generator`` (CPU by default, so a seed gives
-the same views on any device). :meth:`BatchSimCLRAugment.set_epoch` reseeds it from
+the same views on any device; on the training device with ``generator_device``, the same views
+twice on that device, and no host work per batch). :meth:`BatchSimCLRAugment.set_epoch` reseeds it from
 ``(seed, epoch, rank)``; with a :class:`hscl_zoo.data.loaders.SeededSampler` order that makes each
 epoch's views a function of the seeds, the epoch, the per-process batch size and the rank.
 """
@@ -98,6 +99,10 @@ class BatchSimCLRAugment(nn.Module):
         blur_sigma: blur sigma range.
         blur_kernel: kernel size (default ``blur_kernel_size(S)``).
         seed: seed of the module's generator (see :meth:`set_epoch`).
+        generator_device: where the generator draws the parameters: the CPU (a seed gives the
+            same views on any device; each batch's parameters are copied to the device), or
+            the training device (no host work and no copy per batch; the views then depend on
+            the device's generator, the same twice on one device).
     """
 
     def __init__(
@@ -118,6 +123,7 @@ class BatchSimCLRAugment(nn.Module):
         blur_sigma: tuple[float, float] = (0.1, 2.0),
         blur_kernel: int | None = None,
         seed: int = 0,
+        generator_device: torch.device | str = "cpu",
         _jitter_ranges: dict[str, tuple[float, float]] | None = None,
     ) -> None:
         super().__init__()
@@ -166,12 +172,14 @@ class BatchSimCLRAugment(nn.Module):
         self.seed = int(seed)
         self.register_buffer("mean", torch.tensor([float(m) for m in mean]).view(3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor([float(s) for s in std]).view(3, 1, 1), persistent=False)
-        self.generator = torch.Generator().manual_seed(self.seed)
+        self.generator = torch.Generator(device=torch.device(generator_device)).manual_seed(self.seed)
+        self._compiled = None
 
     # ---- construction from the CPU pipeline ----
 
     @classmethod
-    def from_transform(cls, transform: Any, *, views: int = 2, seed: int = 0) -> BatchSimCLRAugment:
+    def from_transform(cls, transform: Any, *, views: int = 2, seed: int = 0,
+                       generator_device: torch.device | str = "cpu") -> BatchSimCLRAugment:
         """The batched equivalent of a :func:`~hscl_zoo.data.transforms.simclr_transform` object."""
         spec = spec_from_transform(transform)
         jitter = {k: spec[k] for k in ("brightness", "contrast", "saturation", "hue") if spec.get(k) is not None}
@@ -180,7 +188,7 @@ class BatchSimCLRAugment(nn.Module):
             ratio=spec["ratio"], flip_p=spec["flip_p"], jitter_p=spec["jitter_p"] if jitter else 0.0,
             grayscale_p=spec["grayscale_p"], blur=spec["blur_p"] > 0, blur_p=spec["blur_p"],
             blur_sigma=spec["blur_sigma"] or (0.1, 2.0), blur_kernel=spec["blur_kernel"], seed=seed,
-            _jitter_ranges=jitter,
+            generator_device=generator_device, _jitter_ranges=jitter,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -272,7 +280,14 @@ class BatchSimCLRAugment(nn.Module):
         """The views of ``images`` for given parameters (row ``b * V + v`` is view ``v`` of image ``b``),
         computed with exact float32 matrix products even where TF32 is on (`exact_float32_matmul`)."""
         with exact_float32_matmul():
-            return self._views(images, params)
+            return (self._compiled or self._views)(images, params)
+
+    def compile_kernels(self, mode: str = "default") -> BatchSimCLRAugment:
+        """Compile the views' computation from the parameters (`torch.compile`, static shapes: the
+        recipe's batches all have one size), fusing its many small kernels; the parameters are still
+        drawn eagerly, from the generator. Returns self."""
+        self._compiled = torch.compile(self._views, mode=mode, dynamic=False)
+        return self
 
     def _views(self, images: Tensor, params: AugmentParams) -> Tensor:
         batch, views = self._check(images)

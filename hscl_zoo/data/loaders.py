@@ -45,11 +45,15 @@ class SeededSampler(torch.utils.data.Sampler[int]):
 
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1
+        return iter(self.order(epoch).tolist())
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """Epoch ``epoch``'s row order as an int64 tensor (on the CPU)."""
         if not self.shuffle:
-            return iter(range(self.num_rows))
-        state = np.random.SeedSequence([self.seed, epoch]).generate_state(1, dtype=np.uint64)[0]
+            return torch.arange(self.num_rows)
+        state = np.random.SeedSequence([self.seed, int(epoch)]).generate_state(1, dtype=np.uint64)[0]
         generator = torch.Generator().manual_seed(int(state >> np.uint64(1)))
-        return iter(torch.randperm(self.num_rows, generator=generator).tolist())
+        return torch.randperm(self.num_rows, generator=generator)
 
 
 class SeededLoader(DataLoader):

@@ -88,10 +88,19 @@ class ContrastiveLoss(nn.Module):
     host waits for them. Setting `equal_batches = True` on an instance says every process passes
     as many images as this one, and skips that all-gather. The pretraining loop sets it, as its
     loader drops the last incomplete batch; a wrong True mismatches the processes' gathers.
+
+    Two per-call checks read device values on the host, so on a GPU each waits for the encoder's
+    forward: labels that are negative but not `unlabelled` are refused (and the batch's unlabelled
+    images counted), and non-finite features are refused. A caller that has checked its labels once
+    (every one a class id >= 0) sets `labelled_only = True`; one that checks the loss's finiteness
+    itself, later (the pretraining loop: once an epoch), sets `check_finite = False`. With both,
+    a call queues its work without waiting.
     """
 
     allow_fused: bool = True
     equal_batches: bool = False
+    labelled_only: bool = False
+    check_finite: bool = True
     last_path: str | None = None
 
     def __init__(
@@ -169,10 +178,10 @@ class ContrastiveLoss(nn.Module):
 
     def forward(self, features: Tensor, labels: Tensor | None = None) -> Tensor:
         labels = validate_inputs(features, labels, needs_labels=self.needs_labels, loss_name=self.name)
-        if labels is not None and self.needs_labels:
+        if labels is not None and self.needs_labels and not self.labelled_only:
             check_negative_labels(labels, self.unlabelled, loss_name=self.name)
         with torch.autocast(device_type=features.device.type, enabled=False):
-            z = normalized(features, loss_name=self.name)
+            z = normalized(features, loss_name=self.name, check_finite=self.check_finite)
             sizes = [z.shape[0]] * world_size() if self.equal_batches else None
             z_all, (labels_all,), offset = gather_with_grad(z, labels if self.needs_labels else None, sizes=sizes)
             pair_sum, pair_count = self.pair_psi_sum(z, z_all, labels_all, offset)
@@ -192,7 +201,7 @@ class ContrastiveLoss(nn.Module):
         reduced over processes: `forward` does that; the diagnostics call this on one batch.
         """
         mixed = False
-        if labels_all is not None and self.needs_labels:
+        if labels_all is not None and self.needs_labels and not self.labelled_only:
             unlabelled = int((labels_all == self.unlabelled).sum())
             if unlabelled == labels_all.numel():
                 return self._without_labels(z, z_all, offset)
@@ -351,15 +360,17 @@ def debiased_log_mean(log_mean: Tensor, g_pos: Tensor, tau_plus: float, temperat
     return log_unfloored.clamp_min(-1.0 / temperature)
 
 
-def normalized(features: Tensor, *, loss_name: str) -> Tensor:
+def normalized(features: Tensor, *, loss_name: str, check_finite: bool = True) -> Tensor:
     """Features L2-normalised along the last dimension, in float64 if given float64, else float32.
 
-    Refuses NaN and inf (and values so large that their norm overflows) with a ValueError. The
-    check reads the B*V norms the normalisation computes anyway, so it costs one reduction over
-    B*V numbers; on a GPU it also costs one host synchronisation per call (the CPU waits for the
-    encoder's forward before queueing the loss), small against a ResNet step.
+    With `check_finite`, refuses NaN and inf (and values so large that their norm overflows) with
+    a ValueError. The check reads the B*V norms the normalisation computes anyway, so it costs one
+    reduction over B*V numbers; on a GPU it also costs one host synchronisation per call (the CPU
+    waits for the encoder's forward before queueing the loss). Without it, non-finite features give
+    a non-finite loss, for the caller to check.
     """
-    return _UnitNormalize.apply(features.to(torch.float64 if features.dtype == torch.float64 else torch.float32), loss_name)
+    return _UnitNormalize.apply(features.to(torch.float64 if features.dtype == torch.float64 else torch.float32),
+                                loss_name if check_finite else None)
 
 
 class _UnitNormalize(torch.autograd.Function):
@@ -370,9 +381,9 @@ class _UnitNormalize(torch.autograd.Function):
 
     @staticmethod
     @autocast_off
-    def forward(ctx, f: Tensor, loss_name: str) -> Tensor:  # type: ignore[override]
+    def forward(ctx, f: Tensor, loss_name: str | None) -> Tensor:  # type: ignore[override]
         norms = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
-        if not bool(torch.isfinite(norms).all()):
+        if loss_name is not None and not bool(torch.isfinite(norms).all()):
             raise ValueError(
                 f"{loss_name}: features contain NaN or inf (or values whose norm overflows); check the encoder's "
                 "output (learning rate, mixed precision)."

@@ -39,6 +39,9 @@ passes over the step's (B*V)^2 pairs, a cost that grows with the batch while a s
 included) as every 25th on CUDA, it stays a small fraction of an epoch
 (benchmarks/results/recipe_vs_loop_cpu.json times one update and one step). Each epoch's record names the
 cadence its diagnostics were sampled at."""
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+"""torch.compile's modes a run may ask for ("reduce-overhead" captures CUDA graphs: the recipe's
+batches have one shape, as the loader drops the last incomplete batch)."""
 
 
 @dataclass
@@ -95,7 +98,9 @@ class PretrainConfig:
     fused_optimizer: bool | None = None  # torch's fused Adam kernel
     gpu_augment: bool | None = None  # batched SimCLR views on the device from uint8 images
     cache_images: bool | None = None  # decode the training set once into memory (None: with gpu_augment)
-    compile: bool = False  # torch.compile the model (the loss stays eager); off on CUDA too until measured there
+    device_data: bool | None = None  # keep the decoded training split on the device and gather each batch there (None: with gpu_augment and cache_images on CUDA, unless label_positive_pairing)
+    compile: bool = False  # torch.compile the model and the device augmentation (the loss stays eager); off on CUDA too until measured there
+    compile_mode: str = "default"  # torch.compile's mode: "default", "reduce-overhead" (CUDA graphs) or "max-autotune"
     # device resources and cadence (None: decided per device, see `device_plan`)
     sync_batchnorm: bool | None = None  # BatchNorm statistics over all processes (None: on with several CUDA processes)
     memory_check: bool = True  # on CUDA, refuse a run estimated not to fit the device (hscl_zoo.training.resources)
@@ -185,6 +190,14 @@ class PretrainConfig:
                 raise ValueError(f"{key}={value!r}: give three numbers, one per RGB channel (std > 0), or unset it.")
         check_labelled_fraction(self.labelled_fraction)
         self._validate_large_batch()
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode={self.compile_mode!r}: use one of {', '.join(map(repr, COMPILE_MODES))}.")
+        if self.device_data and (self.gpu_augment is False or self.cache_images is False):
+            raise ValueError("device_data=true keeps the decoded images on the device and augments them there: it needs "
+                             "gpu_augment and cache_images; drop device_data, or leave those unset.")
+        if self.device_data and self.label_positive_pairing:
+            raise ValueError("device_data=true does not make label-positive pairs (views from two images of a class): "
+                             "drop device_data (the DataLoader path pairs them) or label_positive_pairing.")
         if self.subset is not None and self.subset < 1:
             raise ValueError(f"subset={self.subset} must be a positive number of images, or unset for all.")
 
@@ -283,11 +296,14 @@ class PretrainConfig:
         """The fast-path switches resolved for a device: unset ones are on for CUDA only."""
         on_gpu = device_type == "cuda"
         gpu_augment = on_gpu if self.gpu_augment is None else self.gpu_augment
+        cache_images = gpu_augment if self.cache_images is None else self.cache_images
+        device_data = on_gpu and gpu_augment and cache_images and not self.label_positive_pairing
         return {
             "channels_last": on_gpu if self.channels_last is None else self.channels_last,
             "fused_optimizer": on_gpu if self.fused_optimizer is None else self.fused_optimizer,
-            "gpu_augment": gpu_augment,
-            "cache_images": gpu_augment if self.cache_images is None else self.cache_images,
+            "gpu_augment": gpu_augment or bool(self.device_data),
+            "cache_images": cache_images or bool(self.device_data),
+            "device_data": device_data if self.device_data is None else self.device_data,
             "compile": self.compile,
         }
 

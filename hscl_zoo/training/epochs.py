@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 from hscl_zoo.data.datasets import LoadedData
 from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.overlap import OverlappedViews
+from hscl_zoo.data.resident import ResidentBatches
 from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -35,11 +37,54 @@ from hscl_zoo.training.monitoring import (
 from hscl_zoo.training.preemption import StopOnSignal
 from hscl_zoo.training.steps import gradient_cache_step
 
-__all__ = ["LOSS_REFRESH_SECONDS", "due", "epoch_line", "train_epoch", "train_epochs"]
+__all__ = ["LOSS_REFRESH_SECONDS", "LossReadout", "NonFiniteLoss", "due", "epoch_line", "train_epoch", "train_epochs",
+           "train_step"]
 
 LOSS_REFRESH_SECONDS = 0.5
-"""On CUDA, the least time between two progress-bar loss readbacks (each a host sync); on the CPU
-the bar shows every step's loss, which costs nothing to read."""
+"""On CUDA, the least time between two progress-bar loss readouts; on the CPU the bar shows every
+step's loss, which costs nothing to read."""
+
+
+class NonFiniteLoss(ValueError):
+    """The training loss became NaN or inf (the loss itself does not stop a step for it: see
+    `ContrastiveLoss.check_finite`)."""
+
+
+class LossReadout:
+    """A step's loss for the progress bar without waiting for the device: on CUDA the value is
+    copied to pinned host memory behind the step, and shown once the copy has landed (a step or
+    more later); on other devices it is read at once."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._host = torch.empty((), pin_memory=True) if self.cuda else None
+        self._ready: torch.cuda.Event | None = None
+        self._shown_at = -LOSS_REFRESH_SECONDS
+
+    def update(self, loss: torch.Tensor) -> float | None:
+        """Queue this step's loss; return a loss to show now (None: nothing new to show)."""
+        if not self.cuda:
+            return loss.item()
+        if self._ready is not None:
+            if not self._ready.query():
+                return None
+            self._ready = None
+            return float(self._host)
+        if time.perf_counter() - self._shown_at >= LOSS_REFRESH_SECONDS:
+            self._host.copy_(loss.detach(), non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+            self._shown_at = time.perf_counter()
+        return None
+
+
+def check_finite_loss(loss: float, epoch: int, steps: int) -> None:
+    """Raise NonFiniteLoss, naming where, when a training loss (an epoch's mean, or the sum of the
+    steps before a stop) is NaN or inf."""
+    if not math.isfinite(loss):
+        raise NonFiniteLoss(f"the training loss became {loss} in epoch {epoch} (within its first {steps} steps): the "
+                            "features contain NaN or inf. Lower lr, train in float32 (--mixed_precision no), or resume "
+                            "from the last checkpoint, which holds the weights before this epoch.")
 
 
 def epoch_line(record: dict[str, Any], epochs: int, *, verbose: bool = False) -> str:
@@ -108,7 +153,9 @@ def train_epochs(
             augment.set_epoch(epoch, rank=accelerator.process_index)
         loss_fn.set_epoch(epoch)
         epoch_loader = loader
-        if skip:  # a fresh loader starts its own epoch count at 0: set it, or it would shuffle as epoch 0
+        if skip and isinstance(loader, ResidentBatches):
+            epoch_loader = loader.skip_first_batches(skip)
+        elif skip:  # a fresh loader starts its own epoch count at 0: set it, or it would shuffle as epoch 0
             epoch_loader = accelerator.skip_first_batches(loader, skip)
             epoch_loader.set_epoch(epoch)
         model.train()
@@ -160,6 +207,28 @@ def due(epoch: int, every: int, last: int) -> bool:
     return epoch % every == 0 or epoch == last
 
 
+def train_step(cfg: PretrainConfig, accelerator: Accelerator, views: torch.Tensor, labels: torch.Tensor,
+               forward: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
+               loss_fn: ContrastiveLoss, *, channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimisation step on a batch of views (B, V, 3, S, S): the loss and the embeddings
+    (B, V, d). Nothing in it reads a device value on the host when the loss's per-call checks are
+    off (`ContrastiveLoss.labelled_only`, `check_finite`, as `prepare_training` sets them)."""
+    B, V = views.shape[:2]
+    optimizer.zero_grad(set_to_none=True)
+    if cfg.chunk_size is not None:
+        loss, z = gradient_cache_step(forward, loss_fn, views, labels, chunk_size=cfg.chunk_size,
+                                      backward=accelerator.backward, channels_last=channels_last)
+    else:
+        x = views.flatten(0, 1)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        z = forward(x).view(B, V, -1)
+        loss = loss_fn(z, labels)
+        accelerator.backward(loss)
+    optimizer.step()
+    return loss, z
+
+
 def train_epoch(
     cfg: PretrainConfig,
     epoch: int,
@@ -197,47 +266,38 @@ def train_epoch(
     if carried_diagnostics is not None and accelerator.is_main_process:
         meter.start_from(torch.tensor(carried_diagnostics, dtype=torch.float64, device=accelerator.device))
     loss_sum = torch.full((), carried[0], device=accelerator.device)
-    shown = -LOSS_REFRESH_SECONDS
+    readout = LossReadout(accelerator.device)
     steps, seen, started = carried[1], 0, time.perf_counter()
     batches = OverlappedViews(loader, augment, accelerator.device) if augment is not None else loader
     bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
                initial=start_step)
     for step, (views, labels, _) in enumerate(bar, start_step):
         B, V = views.shape[:2]
-        optimizer.zero_grad(set_to_none=True)
-        if cfg.chunk_size is not None:
-            loss, z = gradient_cache_step(forward, loss_fn, views, labels, chunk_size=cfg.chunk_size,
-                                          backward=accelerator.backward, channels_last=channels_last)
-        else:
-            x = views.flatten(0, 1)
-            if channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            z = forward(x).view(B, V, -1)
-            loss = loss_fn(z, labels)
-            accelerator.backward(loss)
-        optimizer.step()
+        loss, z = train_step(cfg, accelerator, views, labels, forward, optimizer, loss_fn, channels_last=channels_last)
         loss_sum += loss.detach()
         steps += 1
         seen += B * V * accelerator.num_processes
         if cfg.diagnostics and step % diagnostics_every == 0:
             meter.update(z.detach().float(), labels)
-        if not bar.disable and (accelerator.device.type != "cuda" or time.perf_counter() - shown >= LOSS_REFRESH_SECONDS):
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            shown = time.perf_counter()
+        if not bar.disable and (shown := readout.update(loss)) is not None:
+            bar.set_postfix(loss=f"{shown:.4f}")
         if stop is not None and steps != epoch_steps and (signum := stop.requested(accelerator)) is not None:
             bar.close()
             if isinstance(batches, OverlappedViews):
                 batches.rewind()  # the checkpoint's generator: before the batch made ahead, which resumes first
             stopped = {"stopped_by": signum, "step": steps, "loss_sum": loss_sum.item()}
+            check_finite_loss(stopped["loss_sum"], epoch, steps)
             if cfg.diagnostics:
                 stopped["diagnostics"] = accelerator.reduce(meter.state().to(accelerator.device), reduction="sum").tolist()
             return stopped
     if accelerator.device.type == "cuda":
         torch.cuda.synchronize(accelerator.device)
     seconds = time.perf_counter() - started
+    train_loss = accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item()
+    check_finite_loss(train_loss, epoch, steps)
     record: dict[str, Any] = {
         "epoch": epoch,
-        "train_loss": accelerator.reduce(loss_sum / max(steps, 1), reduction="mean").item(),
+        "train_loss": train_loss,
         "views_per_second": seen / seconds,
         "epoch_seconds": seconds,
     }

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import DynamoBackend, InitProcessGroupKwargs, set_seed
@@ -29,6 +30,7 @@ from hscl_zoo.data.raw_images import (
     shared_memory_free,
     workers_need_shared_memory,
 )
+from hscl_zoo.data.resident import ResidentBatches
 from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
@@ -207,17 +209,18 @@ def refuse_what_cannot_fit(cfg: PretrainConfig, model: torch.nn.Module, image_si
         print(warning, flush=True)
 
 
-def compiled_forward(model: torch.nn.Module, accelerator: Accelerator, *, requested: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model, compiled when `compile` is set, and compiled once: when the Accelerate config's
-    dynamo backend is on, `prepare` has compiled it already (and turned on TF32 for matmuls
-    without mixed precision). The loss always stays eager: its finiteness check and the fused
+def compiled_forward(model: torch.nn.Module, accelerator: Accelerator, *, requested: bool,
+                     mode: str = "default") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model, compiled (in torch.compile's `mode`) when `compile` is set, and compiled once:
+    when the Accelerate config's dynamo backend is on, `prepare` has compiled it already (and
+    turned on TF32 for matmuls without mixed precision). The loss always stays eager: the fused
     node's buffers reused in backward are not for the compiler."""
     if accelerator.state.dynamo_plugin.backend != DynamoBackend.NO:
         if requested and accelerator.is_main_process:
             print("compile: the Accelerate config's dynamo backend already compiled the model; not compiling it again.",
                   flush=True)
         return model
-    return torch.compile(model) if requested else model
+    return torch.compile(model, mode=mode) if requested else model
 
 
 def training_views(
@@ -228,11 +231,22 @@ def training_views(
     *,
     gpu_augment: bool,
     cache_images: bool,
-) -> tuple[Dataset, BatchSimCLRAugment | None, SeededLoader]:
-    """The training set, the device augmenter (None when the workers augment) and the seeded
-    loader of one process's share of each global batch."""
+    device_data: bool = False,
+) -> tuple[Dataset, BatchSimCLRAugment | None, SeededLoader | ResidentBatches]:
+    """The training set, the device augmenter (None when the workers augment) and the batches of
+    one process's share of each global batch: a seeded loader, or with `device_data` the split
+    resident on the device (`hscl_zoo.data.resident`), augmented by a generator there."""
     augmentation = simclr_transform(image_size, mean=cfg.mean or data.spec.mean, std=cfg.std or data.spec.std)
     augment = None
+    per_process = cfg.batch_size // accelerator.num_processes
+    if device_data:
+        train_set = RawImageDataset(data.train, cache=True)
+        augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed,
+                                                    generator_device=accelerator.device).to(accelerator.device)
+        batches = ResidentBatches(train_set.images, torch.from_numpy(train_set.labels), per_process,
+                                  device=accelerator.device, seed=cfg.seed, num_processes=accelerator.num_processes,
+                                  process_index=accelerator.process_index)
+        return train_set, augment, batches
     if gpu_augment:
         train_set = RawImageDataset(data.train, cache=cache_images, share=workers_need_shared_memory(cfg.num_workers),
                                     label_positive=cfg.label_positive_pairing, views=cfg.views, seed=cfg.seed)
@@ -240,7 +254,6 @@ def training_views(
     else:
         train_set = MultiViewDataset(data.train, augmentation, views=cfg.views,
                                      label_positive=cfg.label_positive_pairing, seed=cfg.seed)
-    per_process = cfg.batch_size // accelerator.num_processes
     loader = make_loader(train_set, per_process, shuffle=True, seed=cfg.seed, num_workers=cfg.num_workers,
                          drop_last=True, pin_memory=accelerator.device.type == "cuda",
                          persistent_workers=cfg.num_workers > 0)
@@ -294,12 +307,19 @@ def prepare_training(cfg: PretrainConfig, data: LoadedData, image_size: int, acc
         refuse_what_cannot_fit(cfg, model, image_size, accelerator)
     fast = cfg.fast_path(accelerator.device.type)
     train_set, augment, loader = training_views(cfg, data, image_size, accelerator, gpu_augment=fast["gpu_augment"],
-                                                cache_images=fast["cache_images"])
+                                                cache_images=fast["cache_images"], device_data=fast["device_data"])
     if fast["channels_last"]:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    forward = compiled_forward(model, accelerator, requested=fast["compile"])
+    if isinstance(loader, ResidentBatches):
+        model, optimizer = accelerator.prepare(model, optimizer)
+    else:
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    forward = compiled_forward(model, accelerator, requested=fast["compile"], mode=cfg.compile_mode)
+    if augment is not None and fast["compile"]:
+        augment.compile_kernels(mode=cfg.compile_mode)
     loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
     loss_fn.equal_batches = True  # the loader drops the last incomplete batch: batch_size / processes images each
+    loss_fn.labelled_only = bool((np.asarray(data.train.select_columns(["label"])["label"]) >= 0).all())  # checked once, not every step
+    loss_fn.check_finite = False  # train_epoch checks each epoch's loss instead, without waiting every step
     return TrainingParts(encoder, model, train_set, augment, loader, forward, optimizer, loss_fn, fast)
