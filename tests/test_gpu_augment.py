@@ -21,7 +21,10 @@ from hscl_zoo.data.views import MultiViewDataset
 
 MEAN = (0.5, 0.4, 0.3)
 STD = (0.2, 0.25, 0.3)
-N_STATS = 20000
+N_STATS = 100_000
+"""Draws per two-sample test of a random parameter (device-drawn against the CPU pipeline's own)."""
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+"""Where the parameters are drawn: the generator on the training device (the CPU here; a GPU too where one is)."""
 
 
 def uint8_batch(b: int, h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:
@@ -235,8 +238,9 @@ def test_ranges_and_probabilities_equal_the_cpu_pipeline(kwargs):
     assert BatchSimCLRAugment.from_transform(cpu).spec() == gpu_spec
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(32, 32), (32, 48)])
-def test_crop_parameters_follow_the_cpu_distribution(shape):
+def test_crop_parameters_follow_the_cpu_distribution(shape, device):
     height, width = shape
     cpu = simclr_transform(32, mean=MEAN, std=STD)
     crop = next(t for t in cpu.transforms if isinstance(t, v2.RandomResizedCrop))
@@ -244,8 +248,8 @@ def test_crop_parameters_follow_the_cpu_distribution(shape):
     torch.manual_seed(0)
     boxes = np.array([[p["top"], p["left"], p["height"], p["width"]] for p in
                       (crop.make_params([image]) for _ in range(N_STATS))], dtype=np.float64)
-    params = BatchSimCLRAugment.from_transform(cpu, seed=1).sample_params(N_STATS, height, width)
-    ours = torch.stack([params.top, params.left, params.height, params.width], 1).double().numpy()
+    params = BatchSimCLRAugment.from_transform(cpu, seed=1, generator_device=device).sample_params(N_STATS, height, width)
+    ours = torch.stack([params.top, params.left, params.height, params.width], 1).double().cpu().numpy()
     for boxes_ in (boxes, ours):  # every crop lies inside the image
         assert (boxes_[:, 0] >= 0).all() and (boxes_[:, 0] + boxes_[:, 2] <= height).all()
         assert (boxes_[:, 1] >= 0).all() and (boxes_[:, 1] + boxes_[:, 3] <= width).all()
@@ -260,13 +264,15 @@ def test_crop_parameters_follow_the_cpu_distribution(shape):
     assert abs(area(ours).mean() - area(boxes).mean()) < 0.01
 
 
-def test_jitter_factors_and_order_follow_the_cpu_distribution():
+@pytest.mark.parametrize("device", DEVICES)
+def test_jitter_factors_and_order_follow_the_cpu_distribution(device):
     cpu = simclr_transform(32, mean=MEAN, std=STD)
     apply = next(t for t in cpu.transforms if isinstance(t, v2.RandomApply))
     jitter = apply.transforms[0]
     torch.manual_seed(0)
     draws = [jitter.make_params([torch.zeros(3, 8, 8)]) for _ in range(N_STATS)]
-    params = BatchSimCLRAugment.from_transform(cpu, seed=2).sample_params(N_STATS, 32, 32)
+    params = BatchSimCLRAugment.from_transform(cpu, seed=2, generator_device=device).sample_params(N_STATS, 32, 32)
+    params = params.to("cpu")
     critical = 2.0 * math.sqrt(2 / N_STATS)
     for key in ("brightness", "contrast", "saturation", "hue"):
         cpu_values = np.array([d[f"{key}_factor"] for d in draws])
@@ -301,6 +307,64 @@ def test_step_rates_and_sigma_follow_the_cpu_pipeline():
     # the decisions are independent of each other (the CPU draws them separately)
     both = (params.flip & params.grayscale).float().mean().item()
     assert abs(both - spec["flip_p"] * spec["grayscale_p"]) < 0.015
+
+
+class Recorder(torch.nn.Module):
+    """Stands in for the jitter inside the CPU pipeline's RandomApply: counts the times RandomApply's
+    own draw chose to apply it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, *inputs):
+        self.calls += 1
+        return inputs[0] if len(inputs) == 1 else inputs
+
+
+def two_proportions_z(hits_a: int, hits_b: int, n: int) -> float:
+    pooled = (hits_a + hits_b) / (2 * n)
+    return abs(hits_a - hits_b) / n / math.sqrt(max(pooled * (1 - pooled), 1e-12) * 2 / n)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_decisions_and_sigma_match_the_cpu_pipelines_own_draws(device, monkeypatch):
+    """The CPU pipeline's transforms decide for themselves (flip, RandomApply of the jitter,
+    grayscale, blur and its sigma); each of N_STATS outcomes is read off a marker image or the blur
+    call, and compared with the device-drawn parameters by a two-sample test."""
+    import copy
+
+    import hscl_zoo.data.transforms as transforms
+    from torchvision import tv_tensors
+
+    cpu = simclr_transform(32, mean=MEAN, std=STD)
+    flip = next(t for t in cpu.transforms if isinstance(t, v2.RandomHorizontalFlip))
+    grayscale = next(t for t in cpu.transforms if isinstance(t, v2.RandomGrayscale))
+    apply = copy.deepcopy(next(t for t in cpu.transforms if isinstance(t, v2.RandomApply)))
+    apply.transforms = torch.nn.ModuleList([Recorder()])
+    blur = next(t for t in cpu.transforms if type(t).__name__ == "RandomGaussianBlur")
+    sigmas: list[float] = []
+    real_blur = transforms.gaussian_blur
+    monkeypatch.setattr(transforms, "gaussian_blur", lambda image, k, sigma: (sigmas.append(sigma), image)[1])
+    marker = tv_tensors.Image(torch.tensor([[[0, 255]], [[10, 20]], [[200, 30]]], dtype=torch.uint8))
+    torch.manual_seed(0)
+    flips = grays = 0
+    for _ in range(N_STATS):
+        flips += int(flip(marker)[0, 0, 0] == 255)
+        out = grayscale(marker)
+        grays += int(out[0, 0, 1] == out[1, 0, 1] == out[2, 0, 1])
+        apply(marker)
+        blur(marker.float())
+    monkeypatch.setattr(transforms, "gaussian_blur", real_blur)
+    cpu_counts = {"flip": flips, "jitter": apply.transforms[0].calls, "grayscale": grays, "blur": len(sigmas)}
+    params = BatchSimCLRAugment.from_transform(cpu, seed=4, generator_device=device).sample_params(N_STATS, 32, 32)
+    params = params.to("cpu")
+    for step, hits in cpu_counts.items():
+        ours = int(getattr(params, step).sum())
+        assert two_proportions_z(ours, hits, N_STATS) < 4.5, (step, ours, hits)
+    assert ks_statistic(params.sigma[params.blur].numpy(), np.array(sigmas)) < 2.0 * math.sqrt(2 / len(sigmas))
+    # a wrong rate is caught: the flip drawn at 0.48 instead of 0.5
+    assert two_proportions_z(int(0.48 * N_STATS), flips, N_STATS) > 4.5
 
 
 def test_disabled_steps_are_never_drawn():
