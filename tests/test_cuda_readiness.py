@@ -254,11 +254,12 @@ def test_monitor_and_checkpoint_cadence_and_epoch_timing(tmp_path):
 
 @pytest.mark.slow
 def test_recipe_with_compile_trains_like_eager(tmp_path):
-    """`compile: true` compiles the model (the loss stays eager): the first epoch's loss matches
-    the eager run's."""
+    """`compile: true` compiles the model and the device augmentation's kernels (the loss stays
+    eager), on the device data path: the first epoch's loss matches the eager run's."""
     from hscl_zoo.training.pretrain import main
 
-    tiny = ["--subset", "100", "--batch_size", "32", "--probe_epochs", "1", "--monitor_train_size", "50", "--epochs", "1"]
+    tiny = ["--subset", "100", "--batch_size", "32", "--probe_epochs", "1", "--monitor_train_size", "50", "--epochs", "1",
+            "--device_data", "true"]
     main([*tiny, "--output_dir", str(tmp_path / "eager")])
     main([*tiny, "--compile", "true", "--output_dir", str(tmp_path / "compiled")])
     loss = lambda run: json.loads((tmp_path / run / "metrics.jsonl").read_text())["train_loss"]  # noqa: E731

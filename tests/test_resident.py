@@ -221,3 +221,15 @@ def test_the_recipe_on_device_data_trains_as_on_the_loader_and_resumes_mid_epoch
     losses = {name: [json.loads(line)["train_loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
               for name, folder in {**runs, "stopped": stopped_dir}.items()}
     assert losses["resident"] == losses["loader"] == losses["stopped"]
+
+
+@pytest.mark.slow
+def test_compiled_augmentation_kernels_give_the_eager_views(raw):
+    """torch.compile (inductor on the CPU) of the views' computation: the same parameters give the
+    eager views to 1e-4 (normalised units; fusion reorders float32 sums)."""
+    eager, compiled = augmenter(), augmenter().compile_kernels()
+    images = raw.images[:32]
+    params = eager.sample_params(64, 16, 16)
+    expected, got = eager.apply(images, params), compiled.apply(images, params)
+    assert compiled._compiled is not None and got.shape == expected.shape == (32, 2, 3, 8, 8)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
