@@ -35,9 +35,27 @@ import sprint_plan
 from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
 
 ROOT = Path(__file__).resolve().parents[1]
+PROFILE = {False: "benchmarks/results/gpu_data_path.json", True: "benchmarks/results/rehearsal_data_path.json"}
+"""Where the data-path profile of a call lands (benchmarks/data_path_profile.py), on a GPU and in a
+rehearsal: the first call profiles before it trains, later calls read the committed file."""
+PROFILE_SECONDS = 150.0
+"""The profile's share of a call (ResNet-18 eager and compiled on the packed CIFAR split: decoding
+the split, two compilations, three timed windows a stage), as a rehearsal's clock counts it."""
+COMPILE_GAIN = 1.05
+"""Training runs compile when the profile's compiled end-to-end rate beats the eager one by this factor."""
 SEEDED = (*(f"{sprint_plan.runs_dir(b)}/*.json" for b in GPU_BUDGETS), "benchmarks/results/*sprint*.json",
-          sprint_plan.RELEASES_REGISTRY, *sprint_plan.CHECKS.values())
-"""The committed files a view starts from (what `sprint_plan` reads)."""
+          sprint_plan.RELEASES_REGISTRY, *sprint_plan.CHECKS.values(), PROFILE[False])
+"""The committed files a view starts from (what `sprint_plan` reads, and the GPU's profile)."""
+
+
+def compile_pays(profile: dict) -> bool:
+    """Whether a profile (data_path_profile.py's JSON) measured the compiled end to end at least
+    `COMPILE_GAIN` times the eager one."""
+    configurations = profile.get("configurations", {})
+    if "compiled" not in configurations or "eager" not in configurations:
+        return False
+    rate = lambda name: configurations[name]["views_per_second"]["e2e"]  # noqa: E731
+    return rate("compiled") >= COMPILE_GAIN * rate("eager")
 
 
 class Sprint:
@@ -55,6 +73,7 @@ class Sprint:
                                     "rehearsal": args.rehearse, "budget_seconds": args.budget_seconds,
                                     "started": stamp, "plan": [], "parts": []}
         self.failed = 0
+        self.compile = False
         (self.view / self.logs).mkdir(parents=True, exist_ok=True)
 
     def part(self, name: str, cmd: list[str], expect: list[str], small: bool = True,
@@ -128,7 +147,7 @@ class Sprint:
         run_budget = budget + ("-rehearsal" if self.args.rehearse else "")
         data = self.args.data / BUDGETS[budget].settings["dataset"]
         cmd = [sys.executable, "recipes/reproduce.py", "--budget", run_budget, "--data_dir", str(data),
-               "--seeds", str(seed), "--methods", method, "--out", str(work)]
+               "--seeds", str(seed), "--methods", method, "--out", str(work), *(["--compile"] if self.compile else [])]
         copy = f"cp {shlex.quote(str(trained))} {shlex.quote(str(self.view / record))}"
         if not self.part(f"train-{part}", ["bash", "-c", f"{shlex.join(cmd)} && {copy}"], [record],
                          timings_from=record) or not release:
@@ -156,13 +175,38 @@ class Sprint:
                         "--memory-batches", *sizes, "--json", str(self.view / result)]
         self.part(check, cmd, [result])  # a failed parity row is a result too: its file lands
 
+    def profile(self) -> float:
+        """Profile the data path and the step first (once: a committed profile is read instead), and
+        decide from it whether the runs compile. Returns the seconds a rehearsal's clock counts."""
+        result = PROFILE[self.args.rehearse]
+        spent = 0.0
+        if not (self.view / result).is_file():
+            name = next((n for n in ("cifar100", "cifar10") if (self.args.data / n).is_dir()), None)
+            if name is None:
+                return spent
+            sizes = (["--rows", "64", "--backbone", "resnet10t", "--batch-size", "32", "--steps", "1", "--warmup", "1",
+                      "--reruns", "1", "--profile-steps", "1"] if self.args.rehearse else
+                     ["--bf16", "--channels-last", "--steps", "30", "--warmup", "5"])
+            self.part("profile", [sys.executable, "benchmarks/data_path_profile.py", "--device", self.args.device,
+                                  "--dataset", name, "--data-dir", str(self.args.data / name), "--compile", *sizes,
+                                  "--json", str(self.view / result)], [result])
+            spent = PROFILE_SECONDS
+        if (self.view / result).is_file():
+            self.compile = compile_pays(json.loads((self.view / result).read_text()))
+            self.log["compile"] = self.compile
+        return spent
+
     def run(self) -> int:
+        started = time.perf_counter()
+        simulated = self.profile()
+        elapsed = simulated if self.args.rehearse else time.perf_counter() - started
         state, costs = sprint_plan.state_of(self.view), sprint_plan.costs_of(self.view)
-        self.log["plan"] = [item.to_json() for item in sprint_plan.plan(state, costs, self.args.budget_seconds)]
+        self.log["plan"] = [item.to_json() for item in
+                            sprint_plan.plan(state, costs, self.args.budget_seconds, elapsed=elapsed)]
         self.log["costs"] = {"pair": costs.pair, "release": costs.release, "checks": costs.checks,
                              "sources": costs.sources}
         self.pack()  # the plan and the carried code come back even if nothing finishes
-        started, simulated, tried = time.perf_counter(), 0.0, []
+        tried: list[str] = []
         while True:
             elapsed = simulated if self.args.rehearse else time.perf_counter() - started
             item = sprint_plan.next_item(sprint_plan.state_of(self.view), costs, elapsed, self.args.budget_seconds, tried)

@@ -30,10 +30,14 @@ from hscl_zoo.reproduction.summary import by_method, display
 PRETRAIN = Path(__file__).resolve().parent / "pretrain.py"
 
 
-def run_one(out: Path, budget: Budget, method: str, seed: int, data_dir: str | None) -> dict[str, Any]:
-    """Train and probe one (method, seed), or reuse a finished run; return its result record."""
+def run_one(out: Path, budget: Budget, method: str, seed: int, data_dir: str | None,
+            compile: bool = False) -> dict[str, Any]:
+    """Train and probe one (method, seed), or reuse a finished run; return its result record.
+    `compile`: torch.compile the model and the augmentation (a speed switch; the budget's settings
+    are unchanged)."""
     runs = out / "runs"
-    return run_or_reuse(runs, f"{method}-s{seed}", lambda: run_settings(budget, runs, method, seed, data_dir),
+    settings = lambda: {**run_settings(budget, runs, method, seed, data_dir), **({"compile": True} if compile else {})}  # noqa: E731
+    return run_or_reuse(runs, f"{method}-s{seed}", settings,
                         pretrain=[sys.executable, str(PRETRAIN)], fields={"method": method, "seed": seed})
 
 
@@ -59,6 +63,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(LOSS_NAMES), choices=LOSS_NAMES)
     parser.add_argument("--out", type=Path, help="results folder (default: results/<budget>)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model and the augmentation (speed only: the budget's settings stay)")
     parser.add_argument("--summary-only", action="store_true",
                         help="train nothing: rewrite the summary and figures from the finished runs/*.json")
     parser.add_argument("--readme", type=Path, nargs="+", default=[],
@@ -72,7 +78,7 @@ def main(argv: list[str] | None = None) -> str:
     if not args.summary_only:
         for seed in args.seeds:
             for method in (m for m in RUN_ORDER if m in args.methods):
-                run_one(out, budget, method, seed, args.data_dir)
+                run_one(out, budget, method, seed, args.data_dir, compile=args.compile)
     text = summarise(out, budget)
     for page in args.readme:
         update_page(page, budget.name, text, lambda quoted: page_table(out.resolve().parent, quoted))

@@ -76,10 +76,12 @@ REHEARSAL_IMAGES = 64
 for _name in GPU_BUDGETS:
     BUDGETS[f"{_name}-rehearsal"] = Budget(
         f"{_name}-rehearsal",
-        f"{_name}'s settings at a CPU size ({REHEARSAL_IMAGES} images, 1 epoch, float32, no workers): "
+        f"{_name}'s settings at a CPU size ({REHEARSAL_IMAGES} images, 1 epoch, float32, no workers, the images "
+        "kept on the device as on a GPU): "
         "`benchmarks/gpu_sprint.sh --rehearse next` proves the GPU budget's commands before a GPU runs them. Not evidence.",
         {**BUDGETS[_name].settings, "subset": REHEARSAL_IMAGES, "epochs": 1, "batch_size": REHEARSAL_IMAGES // 2,
-         "mixed_precision": "no", "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": REHEARSAL_IMAGES})
+         "mixed_precision": "no", "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": REHEARSAL_IMAGES,
+         "device_data": True})
 
 # Within a seed: the headline pair first, and SCL before H-SCL(tau), whose threshold comes from SCL.
 RUN_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
