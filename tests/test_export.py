@@ -1,6 +1,8 @@
-"""Exports that run without hscl_zoo: a timm folder opened by plain timm in a fresh interpreter that
-never imports hscl_zoo, ONNX graphs run by ONNX Runtime, TorchScript modules; the preprocessing
-written beside them; and the Hugging Face-style methods of ContrastiveEncoder."""
+"""Exports that run outside hscl_zoo: a timm folder opened by plain timm in a fresh interpreter that
+never imports hscl_zoo, the CIFAR stem as a registered timm architecture (every published image
+encoder opened by timm's loader and preprocessing, its features those of ``hscl_zoo.load``), ONNX
+graphs run by ONNX Runtime, TorchScript modules; the preprocessing written beside them; and the
+Hugging Face-style methods of ContrastiveEncoder."""
 
 from __future__ import annotations
 
