@@ -234,14 +234,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.format == "timm" and args.output is not None:
         raise ValueError("--output applies to onnx and torchscript; a timm folder gives the logits, and the pooled "
                          "features with num_classes=0.")
-    from hscl_zoo.export import export_onnx, export_timm, export_torchscript
+    from hscl_zoo.export import export_onnx, export_timm, export_torchscript, timm_usage
     from hscl_zoo.zoo.hub import load
 
     output = args.output or "features"
     model = load(args.model, device="cpu")
     if args.format == "timm":
         written = export_timm(model, args.out)
-        print(f"wrote {written}: open it with timm.create_model('local-dir:{written}', pretrained=True)")
+        print(f"wrote {written}; open it in Python with:\n{timm_usage(written)}")
         return 0
     if args.format == "onnx":
         written = export_onnx(model, args.out / f"{output}.onnx", output)

@@ -1,11 +1,15 @@
-"""Encoders as files that run without hscl_zoo: a timm folder, an ONNX graph, a TorchScript module.
+"""Encoders as files other tools open: a timm folder, an ONNX graph, a TorchScript module.
 
 * :func:`export_timm` writes ``config.json`` + ``model.safetensors`` in timm's own Hub layout, so
-  plain ``timm.create_model("local-dir:DIR", pretrained=True)`` (or ``"hf-hub:owner/name"`` once
-  the folder is uploaded) builds the backbone with the linear head as timm's classifier: its
-  output is the class logits, ``num_classes=0`` (or ``forward_head(..., pre_logits=True)``)
-  gives the pooled features of ``model.encode``. timm has no slot for the projection head; export
-  it through ONNX or TorchScript.
+  ``timm.create_model("local-dir:DIR", pretrained=True)`` (or ``"hf-hub:owner/name"`` once the
+  folder is uploaded) builds the backbone with the linear head as timm's classifier: its output is
+  the class logits, ``num_classes=0`` (or ``forward_head(..., pre_logits=True)``) gives the pooled
+  features of ``model.encode``. An encoder with timm's own stem opens in plain timm. One with the
+  CIFAR stem (``small_stem=True``: the zoo's CIFAR and Tiny ImageNet models) is written as the
+  architecture ``NAME_cifar`` (e.g. ``resnet18_cifar``), which :mod:`hscl_zoo.timm_models`
+  registers in timm: ``import hscl_zoo.timm_models`` before ``timm.create_model`` (see
+  :func:`timm_usage`). timm has no slot for the projection head; export it through ONNX or
+  TorchScript.
 * :func:`export_onnx` and :func:`export_torchscript` write one graph from a preprocessed float32
   batch ``images`` (N, 3, H, W) to ``features``, ``projection`` or ``logits``, with the batch size
   free, and ``preprocess.json`` beside it: how to turn an image file into that batch.
@@ -13,11 +17,6 @@
 Every export is loaded back and compared with PyTorch on a random batch before it is returned
 (timm and TorchScript to 1e-5, ONNX Runtime to 1e-4), so a file that does not reproduce the model
 is never left looking finished.
-
-Limitation: timm's ResNets (and every other timm family) only build stride-2 stems, so an encoder
-with the CIFAR stem (``small_stem=True``: a 3x3 stride-1 first conv and no max-pool, the zoo's
-CIFAR and Tiny ImageNet models) has no timm description and :func:`export_timm` refuses it; ONNX
-and TorchScript export it faithfully.
 """
 
 from __future__ import annotations
@@ -38,20 +37,14 @@ from torchvision.transforms import v2
 
 from hscl_zoo.models import _MODEL_ARG_KEYS, ContrastiveEncoder
 from hscl_zoo.protocol import OUTPUTS
+from hscl_zoo.timm_models import CIFAR_SUFFIX, cifar_architecture
 
 __all__ = ["OUTPUTS", "PREPROCESS_NAME", "INPUT_NAME", "export_timm", "export_onnx", "export_torchscript",
-           "preprocess_config"]
+           "preprocess_config", "timm_usage"]
 
 PREPROCESS_NAME = "preprocess.json"
 INPUT_NAME = "images"
 
-_TIMM_STEM_LIMITATION = (
-    "timm cannot express this encoder's CIFAR stem (small_stem=True: a 3x3 stride-1 first conv and no "
-    "max-pool). timm's ResNet builds only stride-2 stems (a 7x7 conv, or a 3x3 'deep' stack, each followed "
-    "by a stride-2 max-pool or conv), and no keyword argument in config.json's model_args changes that, so "
-    "plain timm would build a different network. Export it with format 'onnx' or 'torchscript', or load it "
-    "with hscl_zoo.load; encoders built with small_stem=False (e.g. the zoo's STL-10 models) export to timm."
-)
 _TIMM_CFG_KEYS = ("architecture", "first_conv", "classifier", "fixed_input_size")
 """timm pretrained_cfg keys that describe the architecture; the rest (tags, licences, URLs of
 timm's own ImageNet weights) would misdescribe exported weights."""
@@ -176,32 +169,34 @@ def _graph_file(out_path: str | os.PathLike[str], suffix: str) -> Path:
 
 
 def export_timm(model: ContrastiveEncoder, out_dir: str | os.PathLike[str]) -> Path:
-    """Write a folder that plain timm opens: ``timm.create_model("local-dir:DIR", pretrained=True)``.
+    """Write a folder that timm opens: ``timm.create_model("local-dir:DIR", pretrained=True)``.
 
     The backbone keeps its timm weights and keyword arguments; the linear head becomes timm's
     classifier (``label_names`` from ``model.class_names``); ``pretrained_cfg`` carries the
     model's preprocessing, so ``timm.data.resolve_data_config(model=...)`` reproduces it. The
-    projection head is left out. Raises ``ValueError`` for a CIFAR-stem encoder (see the module
-    docstring) or a backbone whose timm classifier is not one linear layer on the pooled features.
-    Returns the folder.
+    projection head is left out. A CIFAR-stem encoder's architecture is ``NAME_cifar``, which
+    needs ``import hscl_zoo.timm_models`` in the process that opens the folder (:func:`timm_usage`
+    says what to run). Raises ``ValueError`` for a backbone whose timm classifier is not one
+    linear layer on the pooled features. Returns the folder.
     """
     from timm.models import save_for_hf
 
     encoder = _encoder(model, "export_timm")
-    if encoder.model_args.get("small_stem"):
-        raise ValueError(_TIMM_STEM_LIMITATION)
+    architecture = cifar_architecture(encoder.backbone_name) if encoder.model_args.get("small_stem") \
+        else encoder.backbone_name
     timm_kwargs = {k: v for k, v in encoder.model_args.items() if k not in _MODEL_ARG_KEYS}
-    backbone = timm.create_model(encoder.backbone_name, num_classes=encoder.num_classes, **timm_kwargs)
+    backbone = timm.create_model(architecture, num_classes=encoder.num_classes, **timm_kwargs)
     head = backbone.get_classifier()
     if not isinstance(head, nn.Linear) or head.in_features != encoder.num_features:
         raise ValueError(f"{encoder.backbone_name}'s timm classifier is {type(head).__name__}, not one linear layer "
                          f"on the {encoder.num_features} pooled features, so the zoo's linear head has no place in "
-                         "a timm folder; export with format 'onnx' or 'torchscript' instead.")
+                         "a timm folder; export it with hscl_zoo.export.export_onnx(model, 'out/features.onnx') "
+                         "instead.")
     keys = backbone.load_state_dict(encoder.backbone.state_dict(), strict=False)
     head_keys = {f"{name}.{param}" for name, module in backbone.named_modules() if module is head
                  for param in ("weight", "bias")}
     if keys.unexpected_keys or set(keys.missing_keys) != head_keys:
-        raise RuntimeError(f"timm's {encoder.backbone_name} does not take the encoder's backbone weights "
+        raise RuntimeError(f"timm's {architecture} does not take the encoder's backbone weights "
                            f"(missing {keys.missing_keys}, unexpected {keys.unexpected_keys}); please report it.")
     head.load_state_dict(encoder.classifier.state_dict())
     backbone.pretrained_cfg = {
@@ -229,6 +224,16 @@ def _check_timm_folder(encoder: ContrastiveEncoder, folder: Path) -> None:
         pooled = reloaded.forward_head(reloaded.forward_features(images), pre_logits=True)
         _check_close("The timm folder's pooled features", pooled, reference.encode(images), 1e-5)
         _check_close("The timm folder's logits", reloaded(images), reference(images), 1e-5)
+
+
+def timm_usage(folder: str | os.PathLike[str]) -> str:
+    """The Python lines that open an exported timm folder, the registering import first when its
+    architecture is one of :mod:`hscl_zoo.timm_models`' CIFAR-stem names."""
+    architecture = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))["architecture"]
+    opening = f"model = timm.create_model({f'local-dir:{folder}'!r}, pretrained=True)"
+    if architecture.endswith(CIFAR_SUFFIX):
+        return f"import timm, hscl_zoo.timm_models  # registers {architecture} in timm\n{opening}"
+    return f"import timm\n{opening}"
 
 
 def _require_onnx(check: bool) -> None:

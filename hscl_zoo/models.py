@@ -4,8 +4,9 @@ A ``ContrastiveEncoder`` is fully described by a JSON-able config in the shape t
 checkpoints (``architecture``, ``num_classes``, ``label_names``, ``pretrained_cfg``,
 ``model_args``), so ``ContrastiveEncoder.from_config(model.model_config())`` rebuilds the same
 architecture. This module knows nothing of files, the Hub or datasets (see ``hscl_zoo.zoo.hub``):
-it needs timm, the evaluation transform (``hscl_zoo.data.transforms``) and the config schema
-(``hscl_zoo.zoo.schema``) only, and its Hub methods reach the zoo through ``hscl_zoo.hub_link``.
+it needs timm, the CIFAR stem (``hscl_zoo.timm_models``, which also registers it in timm), the
+evaluation transform (``hscl_zoo.data.transforms``) and the config schema (``hscl_zoo.zoo.schema``)
+only, and its Hub methods reach the zoo through ``hscl_zoo.hub_link``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch import nn
 
 from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS, eval_transform
 from hscl_zoo.hub_link import CONFIG_LIBRARY_NAME, zoo_function
+from hscl_zoo.timm_models import small_stem_
 from hscl_zoo.zoo.schema import TIMM_KWARGS, check_config
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
@@ -48,23 +50,6 @@ def _check_triplet(name: str, value: Sequence[float]) -> list[float]:
     if name == "std" and any(v <= 0 for v in values):
         raise ValueError(f"std must be positive per channel, got {values!r}.")
     return values
-
-
-def _small_stem_(backbone: ResNet) -> None:
-    """Turn a timm ResNet's stem into the CIFAR stem: a 3x3 stride-1 first conv and no max-pool.
-
-    A plain 7x7 stem conv is replaced; a deep (3x3 stack) stem keeps its convs with the first
-    one's stride set to 1.
-    """
-    stem = backbone.conv1
-    if isinstance(stem, nn.Conv2d):
-        backbone.conv1 = nn.Conv2d(stem.in_channels, stem.out_channels, 3, stride=1, padding=1, bias=False)
-    else:
-        first = stem[0]
-        if not isinstance(first, nn.Conv2d) or first.kernel_size != (3, 3):
-            raise ValueError(f"Unsupported ResNet stem {type(stem).__name__}; expected a Conv2d or a 3x3 deep stem.")
-        first.stride = (1, 1)
-    backbone.maxpool = nn.Identity()
 
 
 def _is_resnet_family(backbone: str) -> bool:
@@ -168,7 +153,7 @@ class ContrastiveEncoder(nn.Module):
         if small_stem:
             if not isinstance(self.backbone, ResNet):
                 raise _small_stem_error(backbone, fixed_input_size)
-            _small_stem_(self.backbone)
+            small_stem_(self.backbone)
 
         self.num_features: int = int(self.backbone.num_features)
         self.num_classes = num_classes

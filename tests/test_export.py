@@ -1,6 +1,8 @@
-"""Exports that run without hscl_zoo: a timm folder opened by plain timm in a fresh interpreter that
-never imports hscl_zoo, ONNX graphs run by ONNX Runtime, TorchScript modules; the preprocessing
-written beside them; and the Hugging Face-style methods of ContrastiveEncoder."""
+"""Exports that run outside hscl_zoo: a timm folder opened by plain timm in a fresh interpreter that
+never imports hscl_zoo, the CIFAR stem as a registered timm architecture (every published image
+encoder opened by timm's loader and preprocessing, its features those of ``hscl_zoo.load``), ONNX
+graphs run by ONNX Runtime, TorchScript modules; the preprocessing written beside them; and the
+Hugging Face-style methods of ContrastiveEncoder."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import pytest
+import timm
 import torch
 from PIL import Image
 
 import hscl_zoo
 from hscl_zoo import ContrastiveEncoder
-from hscl_zoo.export import OUTPUTS, PREPROCESS_NAME, export_onnx, export_timm, export_torchscript
+from hscl_zoo.export import OUTPUTS, PREPROCESS_NAME, export_onnx, export_timm, export_torchscript, timm_usage
+from helpers import SHARED_DATA, missing_data
 
 TRAINING = {"dataset": "cifar10", "method": "scl", "hyperparameters": {"temperature": 0.5}, "epochs": 1,
             "global_batch_size": 8, "expected_negatives_per_anchor": 14}
@@ -105,10 +109,81 @@ def test_timm_folder_opens_in_plain_timm_with_the_same_features(timm_model, tmp_
                               "crop_pct": 0.875, "crop_mode": "center"}
 
 
-def test_timm_export_refuses_the_cifar_stem_and_says_why(cifar_model, tmp_path):
-    with pytest.raises(ValueError, match=r"CIFAR stem .* stride-1.*'onnx' or 'torchscript'"):
-        export_timm(cifar_model, tmp_path / "timm")
-    assert not (tmp_path / "timm").exists()
+@pytest.mark.parametrize("backbone", ["resnet18", "resnet10t"])  # a 7x7 stem conv, a deep 3x3 stem
+def test_cifar_stem_folder_is_a_registered_timm_architecture(backbone, tmp_path):
+    torch.manual_seed(2)
+    model = _trained(hscl_zoo.create_model(backbone, num_classes=4, image_size=16, small_stem=True, mean=MEAN, std=STD))
+    folder = export_timm(model, tmp_path / "timm")
+    assert json.loads((folder / "config.json").read_text())["architecture"] == f"{backbone}_cifar"
+    reloaded = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    assert isinstance(reloaded.maxpool, torch.nn.Identity)
+    assert [info["reduction"] for info in reloaded.feature_info] == [1, 1, 2, 4, 8]
+    images = _batch(model, 3, seed=5)
+    with torch.no_grad():
+        pooled = reloaded.forward_head(reloaded.forward_features(images), pre_logits=True).numpy()
+    np.testing.assert_allclose(pooled, _reference(model, "features", images), atol=1e-5, rtol=0)
+    assert timm_usage(folder).splitlines() == [
+        f"import timm, hscl_zoo.timm_models  # registers {backbone}_cifar in timm",
+        f"model = timm.create_model('local-dir:{folder}', pretrained=True)"]
+
+
+TIMM_USER = """
+import json, sys
+from pathlib import Path
+import numpy as np, timm, torch
+from PIL import Image
+folder, pngs, out = sys.argv[1:]
+try:
+    timm.create_model(f"local-dir:{folder}", pretrained=True)
+    before = "opened"
+except RuntimeError as error:
+    before = str(error)
+import hscl_zoo.timm_models
+model = timm.create_model(f"local-dir:{folder}", pretrained=True, num_classes=0).eval()
+transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+batch = torch.stack([transform(Image.open(p).convert("RGB")) for p in sorted(Path(pngs).glob("*.png"))])
+with torch.no_grad():
+    np.save(out, model(batch).numpy())
+print(json.dumps({"before_import": before, "architecture": model.pretrained_cfg["architecture"],
+                  "zoo_modules": sorted(m for m in sys.modules if m.startswith("hscl_zoo"))}))
+"""
+"""What a timm user runs: timm's own loader and timm's own preprocessing on image files."""
+IMAGE_RELEASES = [n for n in hscl_zoo.list_models(published_only=True) if hscl_zoo.info(n).modality == "image"]
+FAST_RELEASE = "ucl-cifar10.gpu-30ep"
+
+
+def _test_pngs(dataset: str, folder: Path, n: int = 6) -> Path:
+    """The first ``n`` test images of the release's dataset, as the PNG files they are stored as."""
+    import pyarrow.parquet as pq
+
+    split = SHARED_DATA / dataset / "test-00000-of-00001.parquet"
+    if not split.is_file():
+        pytest.skip(missing_data(split))
+    folder.mkdir()
+    for i, image in enumerate(pq.read_table(split, columns=["img"]).slice(0, n).column("img").to_pylist()):
+        (folder / f"{i}.png").write_bytes(image["bytes"])
+    return folder
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == FAST_RELEASE else [pytest.mark.slow])
+                                  for n in IMAGE_RELEASES])  # 5-10 s each; one runs by default
+def test_every_published_image_encoder_opens_in_timm_with_its_features(name, tmp_path):
+    model = hscl_zoo.load(name)
+    folder = export_timm(model, tmp_path / "timm")
+    pngs = _test_pngs(hscl_zoo.info(name).dataset, tmp_path / "pngs")
+    done = subprocess.run([sys.executable, "-c", TIMM_USER, str(folder), str(pngs), str(tmp_path / "f.npy")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    cifar_stem = model.model_args["small_stem"]
+    assert report["architecture"] == "resnet18" + ("_cifar" if cifar_stem else "")
+    assert report["before_import"] == ("Unknown model (resnet18_cifar)" if cifar_stem else "opened")
+    assert "hscl_zoo.models" not in report["zoo_modules"], "opening the folder needs the registration only"
+
+    batch = torch.stack([model.transform(Image.open(p).convert("RGB")) for p in sorted(pngs.glob("*.png"))])
+    with torch.no_grad():
+        expected = model.encode(batch).numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "f.npy"), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_timm_export_takes_only_encoders(tmp_path):

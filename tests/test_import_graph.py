@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "hscl_zoo.protocol")),
     ("data", ("hscl_zoo.data", "hscl_zoo.data.*")),
     ("losses", ("hscl_zoo.losses", "hscl_zoo.losses.*")),
-    ("models", ("hscl_zoo.models", "hscl_zoo.zoo.schema")),
+    ("models", ("hscl_zoo.models", "hscl_zoo.timm_models", "hscl_zoo.zoo.schema")),
     ("measures", ("hscl_zoo.audit", "hscl_zoo.features", "hscl_zoo.probes", "hscl_zoo.retrieval")),
     ("graphs", ("hscl_zoo.graphs", "hscl_zoo.graphs.*")),
     ("reproduction", ("hscl_zoo.reproduction", "hscl_zoo.reproduction.*")),
