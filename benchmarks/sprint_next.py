@@ -35,7 +35,7 @@ import sprint_plan
 from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = {False: "benchmarks/results/gpu_data_path.json", True: "benchmarks/results/rehearsal_data_path.json"}
+PROFILE = {False: "benchmarks/results/gpu_data_path.json", True: "benchmarks/results/data_path_rehearsal.json"}
 """Where the data-path profile of a call lands (benchmarks/data_path_profile.py), on a GPU and in a
 rehearsal: the first call profiles before it trains, later calls read the committed file."""
 PROFILE_SECONDS = 150.0
