@@ -256,11 +256,11 @@ def test_push_offline_is_one_line(saved, tmp_path, capsys) -> None:
 
 def test_a_release_folder_built_elsewhere_registers_as_build_release_registered_it(tmp_path) -> None:
     """`hscl-zoo register` (a GPU sprint's folder, unpacked): the record computed from the folder
-    alone equals the one `build_release` wrote into released.json when it built the committed
-    CPU release; a graph release or a renamed folder is refused before anything is written."""
+    alone equals the one released.json holds for a committed GPU release; a graph release or a
+    renamed folder is refused before anything is written."""
     from hscl_zoo.training.release import register_release, release_entry
 
-    name = "hscl-beta-cifar10.cpu-1500"
+    name = "hscl-beta-cifar100.gpu-30ep"
     committed = json.loads(Path(registry.RELEASED_FILE).read_text())[name]
     assert release_entry(CHECKOUT / "releases" / name) == committed
     released = register_release(name, release_entry(CHECKOUT / "releases" / name), tmp_path / "released.json")

@@ -71,7 +71,6 @@ GRAPH_BACKBONE = "gin-3x32"
 RELEASED_FILE = Path(__file__).with_name("released.json")
 RELEASE_TAGS: dict[str, str] = {
     "gpu-30ep": "ResNet-18, 30 epochs on one GPU",
-    "cpu-1500": "CPU smoke test: ResNet-18, 6 epochs on 1,500 images",
 }
 """What each release tag means, in a user's words (the tag names a training budget, as open_clip's
 pretrained tags do); a new tag gets its line here."""
@@ -396,7 +395,7 @@ def tags_of(name: str) -> list[str]:
 
 
 SMOKE_TAG_PREFIX = "cpu-"
-"""Tags of CPU smoke-test and subset budgets (``hscl-beta-cifar10.cpu-1500``): published, loadable
+"""Tags of CPU smoke-test and subset budgets (``hscl-beta-cifar10.cpu-10k-5ep``): published, loadable
 by their tagged name, and never what the bare name loads."""
 
 
