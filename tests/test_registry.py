@@ -284,3 +284,20 @@ def test_the_models_page_recommends_the_best_published_encoder_of_each_dataset()
     published = {(e.method, e.dataset) for e in serving}
     assert not {("hucl", "cifar100"), ("hscl-tau", "cifar100")} & published and "H-UCL and H-SCL(tau) on CIFAR-100" in paragraph
     assert not {e.dataset for e in serving} & {"stl10", "tinyimagenet"} and "STL-10 and Tiny ImageNet" in paragraph
+
+
+def test_a_bare_graph_name_serves_the_tag_with_the_best_svm_accuracy():
+    """A graph release scores SVM accuracy, not linear top-1: the bare name compares its tags by it."""
+    bare = ZooEntry(name="scl-mutag-wide", method="scl", dataset="mutag", backbone=registry.GRAPH_BACKBONE,
+                    hub_repo="hscl-zoo/scl-mutag-wide")
+    registry.register_model(bare)
+    names = {"scl-mutag-wide.test-a": 85.0, "scl-mutag-wide.test-b": 80.0}
+    try:
+        for name, accuracy in names.items():
+            record = dict(registry._RELEASES["scl-mutag"], metrics={"svm_accuracy": accuracy})
+            registry.register_model(registry.release_entry(name, record))
+        assert registry.resolve("scl-mutag-wide").name == "scl-mutag-wide.test-a"
+    finally:
+        for name in [*names, bare.name]:
+            if registry.is_model(name):
+                registry._ENTRIES.remove(name)
