@@ -29,6 +29,9 @@ MAX_FILE_BYTES = 16 * 2**20
 MAX_TOTAL_BYTES = 64 * 2**20
 PART_BYTES = 15 * 2**20
 RESULTS = "results.tgz"
+HIDDEN = ".releases-hidden"
+"""Where `hide` moves releases/ for a device call (an ignored folder the call does not carry: the
+weights are over what one call may carry, and no call reads them); `restore` moves them back."""
 NOT_RETURNABLE = re.compile(r"[^A-Za-z0-9._-]")
 """A character no returned file's name may hold: a device call brings back only names of letters,
 digits, '.', '_' and '-'; a file named otherwise stays on the machine and is lost with it."""

@@ -71,6 +71,7 @@ GRAPH_BACKBONE = "gin-3x32"
 RELEASED_FILE = Path(__file__).with_name("released.json")
 RELEASE_TAGS: dict[str, str] = {
     "gpu-30ep": "ResNet-18, 30 epochs on one GPU",
+    "gpu-200ep": "ResNet-18, 200 epochs on one GPU",
 }
 """What each release tag means, in a user's words (the tag names a training budget, as open_clip's
 pretrained tags do); a new tag gets its line here."""
