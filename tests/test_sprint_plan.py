@@ -155,6 +155,9 @@ def test_state_and_costs_come_from_the_files(tmp_path):
     (tmp_path / "releases/scl-cifar100.gpu-30ep").mkdir(parents=True)
     (tmp_path / "releases/scl-cifar100.gpu-30ep/eval.json").write_text("{}")  # landed in a view, not registered yet
     (tmp_path / "releases/hucl-cifar100.gpu-30ep").mkdir()  # a folder without its evaluation is no release
+    hidden = tmp_path / plan.HIDDEN / "releases/hucl-cifar10.gpu-30ep"
+    hidden.mkdir(parents=True)
+    (hidden / "eval.json").write_text("{}")  # hidden for a device call (sprint_pack.hide): still there
     log = {"parts": [{"part": "train-ucl", "exit": 0, "seconds": 600}, {"part": "train-hucl", "exit": 0, "seconds": 610},
                      {"part": "parity", "exit": 1, "seconds": 20}, {"part": "loss-bench", "exit": None, "seconds": None}]}
     (tmp_path / "benchmarks/results/x_sprint.json").write_text(json.dumps(log))  # no stamp: the oldest
@@ -164,7 +167,8 @@ def test_state_and_costs_come_from_the_files(tmp_path):
     (tmp_path / "benchmarks/results/gpu_sprint_b.json").write_text(json.dumps(older))
     (tmp_path / "benchmarks/results/gpu_sprint_a.json").write_text(json.dumps(newest))  # newest by stamp, not name
     assert plan.state_of(tmp_path) == plan.State(frozenset({"gpu-cifar10/ucl-s0"}), frozenset({"loss-memory"}),
-                                                 frozenset({"ucl-cifar10.gpu-30ep", "scl-cifar100.gpu-30ep"}))
+                                                 frozenset({"ucl-cifar10.gpu-30ep", "scl-cifar100.gpu-30ep",
+                                                            "hucl-cifar10.gpu-30ep"}))
     costs = plan.costs_of(tmp_path)
     assert (costs.pair, costs.measured, costs.sources["pair"]) == (310, "gpu-cifar100", "benchmarks/results/gpu_sprint_a.json")
     assert (costs.release, costs.checks["step-parity"]) == (45, 20)  # 100 - 25 - 30 outside epochs; the stampless log's
