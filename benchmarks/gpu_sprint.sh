@@ -2,8 +2,10 @@
 # The GPU sprint (issues 30 and 40), in steps that each fit one device command (under 9 minutes on
 # one H100/H200). A lent GPU now gives about 15 minutes in all, so one call of `next` is the plan:
 #
-#   bash benchmarks/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, source -> .gpu/
+#   bash benchmarks/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, source -> .gpu/; releases/ hidden
 #   bash benchmarks/gpu_sprint.sh next                  # on the GPU (device tool: carry .gpu, limit ~560 s)
+#   python benchmarks/sprint_pack.py unpack OUT         # here: the results in the repository, releases/ restored
+#   bash benchmarks/gpu_sprint.sh restore               # here: releases/ back without unpacking anything
 #   bash benchmarks/gpu_sprint.sh --rehearse next       # the same plan on the CPU, tiny sizes
 #   python benchmarks/sprint_plan.py --show             # what the next calls will do
 #
@@ -14,7 +16,12 @@
 #            into .gpu/, an ignored
 #            folder the device tool carries, and record the code the tree is at in .gpu/source.json
 #            (commit, sha256 of `git diff HEAD`; refused when hscl_zoo/, recipes/ or benchmarks/
-#            differ from HEAD: a measurement names its code).
+#            differ from HEAD: a measurement names its code). First it hides releases/ (the committed
+#            weights, over the 64 MiB a call carries, read by no call) in .releases-hidden/, an ignored
+#            folder the call does not carry (`sprint_pack.py hide`: refused, nothing moved, when
+#            releases/ differs from HEAD; hidden already: nothing to do).
+#   restore  put releases/ back from .releases-hidden/, byte for byte (`sprint_pack.py restore`; `unpack`
+#            does it first). Nothing hidden: nothing to do.
 #   next     benchmarks/sprint_next.py: from the committed files (results/gpu-cifar10/runs, the GPU
 #            check results), the most valuable missing work that fits the call (benchmarks/sprint_plan.py):
 #            two missing runs side by side (the gpu-cifar100 row at seed 0, H-SCL(beta) first; then
@@ -45,12 +52,12 @@ ARGS=("$@")
 for arg in "$@"; do
   case $arg in
     --rehearse) REHEARSE=1 ;;
-    pack|next|check|measure|overlap) STEPS+=("$arg") ;;
+    pack|restore|next|check|measure|overlap) STEPS+=("$arg") ;;
     -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-    *) echo "error: unknown argument '$arg'; steps are pack, next, check, measure, overlap (and --rehearse)." >&2; exit 2 ;;
+    *) echo "error: unknown argument '$arg'; steps are pack, restore, next, check, measure, overlap (and --rehearse)." >&2; exit 2 ;;
   esac
 done
-[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, next, check, measure or overlap (see --help)." >&2; exit 2; }
+[ ${#STEPS[@]} -gt 0 ] || { echo "error: name at least one step: pack, restore, next, check, measure or overlap (see --help)." >&2; exit 2; }
 
 PACK=.gpu
 WHEELS="datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0"
@@ -105,6 +112,7 @@ step_pack() {
     echo "error: hscl_zoo/, recipes/ or benchmarks/ differ from HEAD; commit first, so the results name their code." >&2; exit 2
   fi
   local shared=${SHARED_DATA:-../shared/data} names name
+  "$PY" benchmarks/sprint_pack.py hide --into "$ROOT" || exit 2
   names=$(PYTHONPATH=$ROOT "$PY" benchmarks/sprint_plan.py --datasets) || { echo "error: the plan failed" >&2; exit 2; }
   rm -rf $PACK/data
   for name in ${names:-cifar10}; do
@@ -249,6 +257,7 @@ pack_out() {
 
 for step in "${STEPS[@]}"; do
   if [ "$step" = pack ]; then step_pack; continue; fi
+  if [ "$step" = restore ]; then "$PY" benchmarks/sprint_pack.py restore --into "$ROOT" || exit 2; continue; fi
   STEP=$step
   setup
   if [ "$step" = next ]; then step_next "${ARGS[@]}"; continue; fi

@@ -203,7 +203,7 @@ class Sprint:
         state, costs = sprint_plan.state_of(self.view), sprint_plan.costs_of(self.view)
         self.log["plan"] = [item.to_json() for item in
                             sprint_plan.plan(state, costs, self.args.budget_seconds, elapsed=elapsed)]
-        self.log["costs"] = {"pair": costs.pair, "release": costs.release, "checks": costs.checks,
+        self.log["costs"] = {"pair": costs.pair, "measured": costs.measured, "release": costs.release, "checks": costs.checks,
                              "sources": costs.sources}
         self.pack()  # the plan and the carried code come back even if nothing finishes
         tried: list[str] = []

@@ -50,7 +50,7 @@ EXAMPLES = """examples:
   hscl-zoo embed runs/digits photos/ --out photos.parquet
   hscl-zoo export runs/digits --format onnx --out exported/
   hscl-zoo train --dataset tu:MUTAG --method hscl-beta --beta 2 --output_dir runs/mutag   # graphs
-  hscl-zoo release runs/c10 --name hscl-beta-cifar10.cpu-1500   # a pinned release folder
+  hscl-zoo release runs/c10 --name hscl-beta-cifar10.gpu-30ep    # a pinned release folder
 
 MODEL: a zoo name, hf-hub:owner/name[@revision], local-dir:/path, or a model folder (a training
 run's output_dir works: its model is in hub/). DATASET: a registered name (hscl-zoo eval --help
@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "finished run and print its registry entry.")
     cmd.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output_dir of a finished training run")
     cmd.add_argument("--name", required=True, help="<zoo name>.<tag>, the tag saying the budget, e.g. "
-                     "hscl-beta-cifar10.cpu-1500; a graph run at Table 2's budget takes the zoo name itself, "
+                     "hscl-beta-cifar10.gpu-30ep; a graph run at Table 2's budget takes the zoo name itself, "
                      "e.g. hscl-beta-mutag")
     cmd.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="stored precision (default: bf16 for "
                      "images; graphs stay fp32)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -76,3 +78,20 @@ def one_cpu_epoch(batches, augment, forward, optimizer, loss_fn, **options) -> d
                            loss_fn, channels_last=False, epoch_steps=len(batches), **options)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+@contextmanager
+def smoke_release(name: str, top1: float, like: str = "ucl-cifar10.gpu-30ep") -> Iterator[None]:
+    """`name` (``<zoo name>.cpu-<...>``, a CPU smoke-test tag) registered for the block only, with the
+    committed record of `like` (its real pinned files) as its method and dataset and `top1` as its
+    score: the zoo commits no smoke release (docs/contributing.md), so the tests that check how one
+    is served build theirs."""
+    from hscl_zoo.zoo import registry
+
+    base = registry.info(name.partition(".")[0])
+    record = {**registry._RELEASES[like], "method": base.method, "dataset": base.dataset, "metrics": {"top1": top1}}
+    registry.register_model(registry.release_entry(name, record))
+    try:
+        yield
+    finally:
+        registry._ENTRIES.remove(name)

@@ -28,26 +28,67 @@ COMMITTED = sorted(registry._RELEASES)
 IMAGE = [name for name in COMMITTED if registry.info(name).modality == "image"]
 GRAPH = [name for name in COMMITTED if registry.info(name).modality == "graph"]
 FAST_GRAPH = "hscl-beta-mutag"
-FAST_IMAGE = "hscl-beta-cifar10.cpu-1500"
+FAST_IMAGE = "hscl-beta-cifar100.gpu-30ep"
 """The graph and image releases checked in the default run; the others are checked with -m slow."""
-WHOLE_SPLIT = {FAST_IMAGE}
-"""Image releases recounted on their whole test split: the smoke test (300 images, counted on this
-CPU as its eval was, so to the image). The GPU releases (bf16 shards loaded into float32, the
-transform, ResNet-18 with the small stem, the folded head) were recounted on their whole 10,000-image
-split when they were added, within two images of the device's count (a GPU sums convolutions in
-another order); each is counted here on its first `SLICE` test images, whose top-1 must lie within 4
-binomial standard deviations of the eval's (wrong weights, labels or preprocessing fall to
-chance), a tenth of the cost."""
 SLICE = 1000
+FAST_SLICE = 500
+"""The GPU releases (bf16 shards loaded into float32, the transform, ResNet-18 with the small stem,
+the folded head) were recounted on their whole 10,000-image split when they were added, within two
+images of the device's count (a GPU sums convolutions in another order: scl-cifar100.gpu-30ep
+scored 51.58 here, 51.57 on the H100). Each is counted here on its first `SLICE` test images
+(`FAST_SLICE` for the one of the default run), whose top-1 must lie within 4 binomial standard
+deviations of the eval's: wrong weights, labels or preprocessing fall to chance. The exact,
+whole-split recount of a half-precision release counted on the CPU that evaluated it is
+tests/test_releases.py's, on a release it builds."""
 MAX_FILE = 16 * 2**20
-MAX_TOTAL = 150 * 2**20
+MAX_TOTAL = 240 * 2**20
+"""The cap on releases/, 240 MiB (docs/contributing.md, "Where release weights live"): one bf16 ResNet-18
+release of each image zoo name the GPU sprint plans, beside the graph encoders."""
+POLICY = "docs/contributing.md, 'Where release weights live'"
 
 
 def test_releases_folder_holds_exactly_the_registered_releases_and_stays_small() -> None:
     folders = sorted(p.name for p in RELEASES.iterdir() if p.is_dir()) if RELEASES.is_dir() else []
     assert folders == COMMITTED and COMMITTED, "every release folder is registered, and at least one is committed"
-    sizes = [p.stat().st_size for p in RELEASES.rglob("*") if p.is_file()]
-    assert max(sizes) < MAX_FILE and sum(sizes) < MAX_TOTAL
+    sizes = {p: p.stat().st_size for p in RELEASES.rglob("*") if p.is_file()}
+    big = max(sizes, key=sizes.get)
+    assert sizes[big] < MAX_FILE, f"{big} is over {MAX_FILE // 2**20} MiB: shard it (hscl-zoo release --dtype bf16)"
+    assert sum(sizes.values()) < MAX_TOTAL, (f"releases/ holds {sum(sizes.values()) / 2**20:.0f} MiB, over its cap of "
+                                             f"{MAX_TOTAL // 2**20} MiB: keep one release per zoo name ({POLICY})")
+
+
+def test_one_committed_release_per_zoo_name_and_no_smoke_test() -> None:
+    by_name: dict[str, list[str]] = {}
+    for name in COMMITTED:
+        by_name.setdefault(registry.info(name).base_name, []).append(name)
+    extra = {base: names for base, names in by_name.items() if len(names) > 1}
+    assert not extra, (f"{extra}: keep each zoo name's release with the best score (what its bare name loads); remove "
+                       f"the others' folders, released.json records and model cards, their runs stay in results/ ({POLICY})")
+    smoke = [name for name in COMMITTED if registry.info(name).tag and not registry.serves_bare_name(registry.info(name))]
+    assert not smoke, f"{smoke} serve no bare name: load them from their run folders, do not commit them ({POLICY})"
+
+
+def test_the_cap_has_room_for_every_release_the_gpu_sprint_plans() -> None:
+    from helpers import load_script
+
+    plan = load_script("benchmarks", "sprint_plan")
+    planned = {plan.zoo_name(f"{budget}/{method}-s0") for budget, seeds, methods in plan.WORK if 0 in seeds
+               for method in methods}
+    to_come = planned - {registry.info(name).base_name for name in COMMITTED}
+    largest = max(sum(p.stat().st_size for p in (RELEASES / name).iterdir()) for name in IMAGE)
+    now = sum(p.stat().st_size for p in RELEASES.rglob("*") if p.is_file())
+    assert to_come and now + len(to_come) * largest < MAX_TOTAL, (now, sorted(to_come), largest)
+
+
+def test_the_contributing_page_states_the_policy_and_its_numbers() -> None:
+    from helpers import load_script
+
+    page = (REPO / "docs" / "contributing.md").read_text()
+    section = " ".join(page.split("## Where release weights live\n", 1)[1].split("\n## ", 1)[0].split())
+    carried = load_script("benchmarks", "sprint_pack").MAX_TOTAL_BYTES
+    assert f"under {MAX_TOTAL // 2**20} MiB, each file under {MAX_FILE // 2**20} MiB" in section
+    assert f"over the {carried // 2**20} MiB one lent-GPU call carries" in section
+    assert "One committed release per zoo name" in section and load_script("benchmarks", "sprint_pack").HIDDEN in section
 
 
 def test_the_wheel_carries_no_release() -> None:
@@ -103,18 +144,11 @@ def test_a_committed_release_loads_by_name_and_scores_its_eval(name, shared_data
 
     test = _test_split(model.training_summary["recipe_config"], shared_data)
     assert len(test) == evaluation["test_images"]
-    if name not in WHOLE_SPLIT:
-        share = evaluation["linear_top1"] / 100
-        spread = 4 * 100 * math.sqrt(share * (1 - share) / SLICE)
-        assert abs(_head_top1(model, test.select(range(SLICE))) - evaluation["linear_top1"]) <= spread
-        return _check_quotes(name, entry, folder, evaluation)
-    top1 = _head_top1(model, test)
-    # Counted on this CPU, the head's top-1 is the eval's to the image when the eval ran on a CPU; a
-    # GPU's convolutions sum in another order, which flips near-tied logits: up to 2 images then
-    # (scl-cifar100.gpu-30ep: 51.58 here, 51.57 on the H100).
-    images = 0 if evaluation["hardware"].startswith("CPU") else 2
-    assert abs(top1 - evaluation["linear_top1"]) <= 100.0 * images / len(test) + 1e-4
-    assert abs(top1 - evaluation["float32_run"]["top1"]) <= evaluation["max_top1_drop"]
+    size = FAST_SLICE if name == FAST_IMAGE else SLICE
+    share = evaluation["linear_top1"] / 100
+    spread = 4 * 100 * math.sqrt(share * (1 - share) / size)
+    assert abs(_head_top1(model, test.select(range(size))) - evaluation["linear_top1"]) <= spread
+    assert abs(evaluation["linear_top1"] - evaluation["float32_run"]["top1"]) <= evaluation["max_top1_drop"]
     _check_quotes(name, entry, folder, evaluation)
 
 
@@ -259,7 +293,7 @@ def test_readme_and_the_models_page_quote_every_published_release_with_its_numbe
     for name in IMAGE:
         assert f"**{released[name]['metrics']['top1']:.2f}** linear top-1" in rows[name]
     grid = names_grid()
-    assert "`hscl-beta-cifar100` 56.97" in grid and "cpu-1500" not in grid, "a smoke test serves no bare name"
+    assert "`hscl-beta-cifar100` 56.97" in grid
     for page in (REPO / "README.md", REPO / "docs" / "models.md"):
         text = page.read_text()
         for block, generated in ((NAMES_BLOCK, grid), *([(BLOCK, table)] if page.name == "models.md" else [])):

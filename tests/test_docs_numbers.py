@@ -57,6 +57,8 @@ SPEC: dict[str, tuple[str, str]] = {
     "0.35": ("hscl_zoo/training/finetune.py", '"light": {"scale": (0.35, 1.0)'),
     "256MiB": ("hscl_zoo/retrieval.py", "one chunk of queries (256 MiB by default)"),
     "16MiB": ("hscl_zoo/zoo/schema.py", "the file itself <= 16 MiB"),
+    "240MiB": ("tests/test_committed_releases.py", "The cap on releases/, 240 MiB"),
+    "64MiB": ("benchmarks/gpu_sprint.sh", "over the 64 MiB a call carries"),
     "80GB": ("benchmarks/results/h100_env.json", "NVIDIA H100 80GB HBM3"),
     "300MB": ("tests/test_hostile_model_folders.py", "the peak may not rise by 300 MB"),
 }

@@ -16,7 +16,7 @@ from hscl_zoo.zoo.hub import ChecksumMismatchError
 from hscl_zoo.zoo.registry import ZooEntry, info, list_models
 from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
-from helpers import make_hub_cache
+from helpers import make_hub_cache, smoke_release
 
 PUBLISHED_NAME = "scl-cifar10.test-2ep"
 PINNED = "89abcdef0123456789abcdef0123456789abcdef"
@@ -82,7 +82,7 @@ def test_published_only_lists_exactly_the_published_entries(published):
     assert list_models(published_only=True) == sorted({PUBLISHED_NAME} | committed)
     assert list_models("scl-cifar10.*", published_only=True) == [PUBLISHED_NAME]  # scl-cifar100.gpu-30ep is not one
     unreleased = next(name for name in IMAGE_GRID if not any(r.split(".")[0] == name for r in committed))
-    assert list_models(f"{unreleased}*", published_only=True) == []
+    assert list_models([unreleased, f"{unreleased}.*"], published_only=True) == []
     assert len(list_models()) == len(IMAGE_GRID) + len(GRAPH_GRID) + len(committed - set(GRAPH_GRID)) + 1
     entry = info(PUBLISHED_NAME)
     assert entry.published and (entry.revision, dict(entry.metrics)) == (PINNED, {"top1": 12.5})
@@ -253,24 +253,20 @@ def test_an_entry_outside_the_paper_grid_carries_its_own_backbone():
 
 
 def test_a_bare_name_never_serves_a_cpu_smoke_test():
-    """hscl-beta-cifar10's only release is the CPU smoke test (26 %): the bare name loads nothing and
-    says which tag exists; hscl-beta-cifar100's GPU release is what its bare name loads."""
+    """A name whose only release is a CPU smoke test (26 %) loads nothing and says which tag exists;
+    hscl-beta-cifar100's GPU release is what its bare name loads, even beside a smoke test scoring more."""
     from hscl_zoo.zoo.hub import WeightsNotPublishedError
 
-    smoke = [t for t in registry.tags_of("hscl-beta-cifar10") if info(t).published]
-    assert smoke and all(t.split(".")[1].startswith(registry.SMOKE_TAG_PREFIX) for t in smoke)
-    assert registry.resolve("hscl-beta-cifar10") is info("hscl-beta-cifar10")
-    with pytest.raises(WeightsNotPublishedError, match=r"only CPU smoke tests: hscl-beta-cifar10\.cpu-1500 \(linear top-1 "
-                                                       r"26\.00 %\); load one by its tagged name"):
-        hscl_zoo.load("hscl-beta-cifar10")
+    assert not registry.tags_of("hscl-beta-cifar10"), "the zoo commits no smoke release"
+    with smoke_release("hscl-beta-cifar10.cpu-9", 26.0):
+        assert registry.resolve("hscl-beta-cifar10") is info("hscl-beta-cifar10")
+        with pytest.raises(WeightsNotPublishedError, match=r"only CPU smoke tests: hscl-beta-cifar10\.cpu-9 \(linear "
+                                                           r"top-1 26\.00 %\); load one by its tagged name"):
+            hscl_zoo.load("hscl-beta-cifar10")
     assert registry.resolve("hscl-beta-cifar100").name == "hscl-beta-cifar100.gpu-30ep"
-    better_smoke = dict(registry._RELEASES["hscl-beta-cifar100.gpu-30ep"], metrics={"top1": 99.0})
-    registry.register_model(registry.release_entry("hscl-beta-cifar100.cpu-9", better_smoke))
-    try:  # a smoke test with a higher score still does not serve the bare name
+    with smoke_release("hscl-beta-cifar100.cpu-9", 99.0):  # a smoke test with a higher score still does not serve
         assert registry.resolve("hscl-beta-cifar100").name == "hscl-beta-cifar100.gpu-30ep"
         assert registry.resolve("hscl-beta-cifar100.cpu-9").name == "hscl-beta-cifar100.cpu-9"
-    finally:
-        registry._ENTRIES.remove("hscl-beta-cifar100.cpu-9")
 
 
 def test_the_models_page_recommends_the_best_published_encoder_of_each_dataset():
@@ -288,3 +284,20 @@ def test_the_models_page_recommends_the_best_published_encoder_of_each_dataset()
     published = {(e.method, e.dataset) for e in serving}
     assert not {("hucl", "cifar100"), ("hscl-tau", "cifar100")} & published and "H-UCL and H-SCL(tau) on CIFAR-100" in paragraph
     assert not {e.dataset for e in serving} & {"stl10", "tinyimagenet"} and "STL-10 and Tiny ImageNet" in paragraph
+
+
+def test_a_bare_graph_name_serves_the_tag_with_the_best_svm_accuracy():
+    """A graph release scores SVM accuracy, not linear top-1: the bare name compares its tags by it."""
+    bare = ZooEntry(name="scl-mutag-wide", method="scl", dataset="mutag", backbone=registry.GRAPH_BACKBONE,
+                    hub_repo="hscl-zoo/scl-mutag-wide")
+    registry.register_model(bare)
+    names = {"scl-mutag-wide.test-a": 85.0, "scl-mutag-wide.test-b": 80.0}
+    try:
+        for name, accuracy in names.items():
+            record = dict(registry._RELEASES["scl-mutag"], metrics={"svm_accuracy": accuracy})
+            registry.register_model(registry.release_entry(name, record))
+        assert registry.resolve("scl-mutag-wide").name == "scl-mutag-wide.test-a"
+    finally:
+        for name in [*names, bare.name]:
+            if registry.is_model(name):
+                registry._ENTRIES.remove(name)

@@ -218,6 +218,48 @@ def test_release_builds_a_pinned_folder_and_loads_by_name(run_dir, tmp_path, mon
         registry._ENTRIES.remove(name)
 
 
+@pytest.fixture(scope="module")
+def run_dir_2ep(tmp_path_factory, digits_entry) -> Path:
+    """A second real run of the same model, trained longer: another release of the same zoo name."""
+    from hscl_zoo.training.pretrain import main as pretrain
+
+    run = tmp_path_factory.mktemp("run") / "digits-2ep"
+    pretrain(["--subset", "200", "--batch_size", "64", "--epochs", "2", "--probe_epochs", "10",
+              "--monitor_train_size", "200", "--output_dir", str(run)])
+    return run
+
+
+def test_a_bare_name_serves_its_best_release_each_recounted_exactly(run_dir, run_dir_2ep, tmp_path, monkeypatch) -> None:
+    """Two real fp16 releases of hscl-beta-digits (1 and 2 epochs): each one's eval.json top-1 is its
+    whole test split counted image by image here, on the CPU that evaluated it, exactly; the bare name
+    loads the one that scores more, whichever tag it has."""
+    from hscl_zoo.training.release import release_entry
+
+    folders = tmp_path / "releases"
+    scores = {}
+    for run, name in ((run_dir, "hscl-beta-digits.test-1ep"), (run_dir_2ep, "hscl-beta-digits.test-2ep")):
+        assert cli_main(["release", str(run), "--name", name, "--out", str(folders / name), "--dtype", "fp16",
+                         "--device", "cpu"]) == 0
+        evaluation = json.loads((folders / name / "eval.json").read_text())
+        by_hand, test_images = _head_top1_by_hand(folders / name)
+        assert evaluation["stored_dtype"] == "float16" and evaluation["test_images"] == test_images
+        assert evaluation["linear_top1"] == pytest.approx(by_hand, abs=1e-4)  # an image is half a point
+        record = release_entry(folders / name)
+        registry.register_model(registry.release_entry(name, record))
+        scores[name] = record["metrics"]["top1"]
+    try:
+        assert len(set(scores.values())) == 2, scores
+        best, other = sorted(scores, key=scores.get, reverse=True)
+        monkeypatch.setenv(RELEASES_ENV, str(folders))
+        assert registry.resolve("hscl-beta-digits").name == best
+        loaded = hscl_zoo.load("hscl-beta-digits")
+        assert torch.equal(loaded.classifier.weight, load(folders / best).classifier.weight)
+        assert not torch.equal(loaded.classifier.weight, load(folders / other).classifier.weight)
+    finally:
+        for name in scores:
+            registry._ENTRIES.remove(name)
+
+
 def _entry_from(printed: str) -> dict:
     text = printed.split("hscl_zoo/zoo/released.json (or rerun with --register):\n", 1)[1]
     return json.loads("{" + text + "}").popitem()[1]
@@ -256,11 +298,11 @@ def test_push_offline_is_one_line(saved, tmp_path, capsys) -> None:
 
 def test_a_release_folder_built_elsewhere_registers_as_build_release_registered_it(tmp_path) -> None:
     """`hscl-zoo register` (a GPU sprint's folder, unpacked): the record computed from the folder
-    alone equals the one `build_release` wrote into released.json when it built the committed
-    CPU release; a graph release or a renamed folder is refused before anything is written."""
+    alone equals the one released.json holds for a committed GPU release; a graph release or a
+    renamed folder is refused before anything is written."""
     from hscl_zoo.training.release import register_release, release_entry
 
-    name = "hscl-beta-cifar10.cpu-1500"
+    name = "hscl-beta-cifar100.gpu-30ep"
     committed = json.loads(Path(registry.RELEASED_FILE).read_text())[name]
     assert release_entry(CHECKOUT / "releases" / name) == committed
     released = register_release(name, release_entry(CHECKOUT / "releases" / name), tmp_path / "released.json")

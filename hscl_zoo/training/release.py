@@ -64,7 +64,7 @@ def check_release_name(name: str) -> tuple[str, str]:
     base, dot, tag = str(name).partition(".")
     if not dot or not _TAG_RE.match(tag):
         raise ValueError(f"release name {name!r} must be '<zoo name>.<tag>' with a tag of lowercase letters, digits "
-                         "and '-' saying the budget, e.g. 'hscl-beta-cifar10.cpu-1500'.")
+                         "and '-' saying the budget, e.g. 'hscl-beta-cifar10.gpu-30ep'.")
     if not registry.is_model(base):
         close = registry.closest_names(base)
         raise ValueError(f"release name {name!r}: {base!r} is not a zoo name" +

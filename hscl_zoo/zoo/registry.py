@@ -71,7 +71,7 @@ GRAPH_BACKBONE = "gin-3x32"
 RELEASED_FILE = Path(__file__).with_name("released.json")
 RELEASE_TAGS: dict[str, str] = {
     "gpu-30ep": "ResNet-18, 30 epochs on one GPU",
-    "cpu-1500": "CPU smoke test: ResNet-18, 6 epochs on 1,500 images",
+    "gpu-200ep": "ResNet-18, 200 epochs on one GPU",
 }
 """What each release tag means, in a user's words (the tag names a training budget, as open_clip's
 pretrained tags do); a new tag gets its line here."""
@@ -396,7 +396,7 @@ def tags_of(name: str) -> list[str]:
 
 
 SMOKE_TAG_PREFIX = "cpu-"
-"""Tags of CPU smoke-test and subset budgets (``hscl-beta-cifar10.cpu-1500``): published, loadable
+"""Tags of CPU smoke-test and subset budgets (``hscl-beta-cifar10.cpu-10k-5ep``): published, loadable
 by their tagged name, and never what the bare name loads."""
 
 
@@ -407,12 +407,13 @@ def serves_bare_name(entry: ZooEntry) -> bool:
 
 def resolve(name: str) -> ZooEntry:
     """The entry ``load(name)`` reads: a tagged name's own; for a bare name, its default tag (the
-    published tag with the best linear top-1, smoke-test tags left out) when it has one, else the
-    bare entry itself."""
+    published tag of its method and dataset with the best measured score, its ``headline``: linear
+    top-1, SVM accuracy for a graph encoder; smoke-test tags left out) when it has one, else the
+    bare entry itself. A name with a longer budget's release serves it only when it scores more."""
     entry = info(name)
     serving = [_ENTRIES[t] for t in tags_of(name) if serves_bare_name(_ENTRIES[t])] if entry.tag is None else []
     if not entry.published and serving:
-        return max(serving, key=lambda e: (e.metrics.get("top1", float("-inf")), e.name))
+        return max(serving, key=lambda e: (e.headline[1] if e.headline[1] is not None else float("-inf"), e.name))
     return entry
 
 
