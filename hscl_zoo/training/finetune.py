@@ -52,7 +52,8 @@ from hscl_zoo.training.setup import build_optimizer, run_contents
 from hscl_zoo.zoo.hub import load
 from hscl_zoo.zoo.saving import save_pretrained
 
-__all__ = ["main", "finetune", "build_parser", "learning_rate", "freeze_stages", "stage_count", "classifier_for"]
+__all__ = ["main", "finetune", "build_parser", "learning_rate", "default_augmentation", "freeze_stages", "stage_count",
+           "classifier_for"]
 
 AUGMENTATIONS: dict[str, dict[str, Any] | None] = {
     "light": {"scale": (0.35, 1.0), "strength": 0.5, "blur": False},
@@ -79,8 +80,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate, reached after the warm-up")
     p.add_argument("--weight_decay", type=float, default=1e-6)
-    p.add_argument("--augmentation", choices=tuple(AUGMENTATIONS), default="light",
-                   help="light: random crop (area 0.35-1), flip, colour jitter 0.5; none: the eval preprocessing")
+    p.add_argument("--augmentation", choices=tuple(AUGMENTATIONS),
+                   help="light: random crop (area 0.35-1), flip, colour jitter 0.5; none: the eval preprocessing "
+                   "(default: light, or none for data whose class a crop or flip changes, such as digits)")
     p.add_argument("--warmup_epochs", type=float, default=1.0, help="linear warm-up, then cosine to 0")
     p.add_argument("--freeze_stages", type=int, default=0,
                    help="leading backbone stages to freeze (timm's coarse groups; a ResNet has 5: stem, layer1-4)")
@@ -99,6 +101,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
     return p
+
+
+def default_augmentation(data: LoadedData) -> str:
+    """`--augmentation`'s default for a dataset: light, or none where the dataset table says a crop or a
+    flip changes an image's class (the digits), since training on such views teaches wrong labels."""
+    return "light" if data.spec.crops_and_flips_keep_class else "none"
 
 
 def learning_rate(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
@@ -278,6 +286,11 @@ def finetune(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         data = load_splits(s["dataset"], s["data_dir"], subset=s["subset"], seed=s["seed"]).labelled()
     if not data.class_names:
         raise ValueError(f"{s['dataset']} has no labels; fine-tuning a classifier needs a labelled dataset.")
+    if s["augmentation"] is None:
+        s["augmentation"] = default_augmentation(data)
+        if s["augmentation"] == "none":
+            accelerator.print(f"--augmentation none: a crop or flip changes the class of {s['dataset']}'s images "
+                              "(pass --augmentation light to use them anyway)")
     if s["batch_size"] > len(data.train):
         raise ValueError(f"--batch_size {s['batch_size']} is larger than the {len(data.train)} training images of "
                          f"{s['dataset']}: no full batch exists. Pass --batch_size {len(data.train)} or smaller.")
