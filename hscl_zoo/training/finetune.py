@@ -46,6 +46,7 @@ from hscl_zoo.features import extract_features
 from hscl_zoo.losses.methods import METHODS, build_loss, get_method
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.probes import topk_accuracy
+from hscl_zoo.protocol import top5_phrase
 from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from hscl_zoo.training.epochs import due
 from hscl_zoo.training.setup import build_optimizer, run_contents
@@ -371,11 +372,13 @@ def finetune(argv: list[str], prog: str | None = None) -> dict[str, Any]:
 
 
 def classify(encoder: ContrastiveEncoder, data: LoadedData, device: torch.device) -> dict[str, Any]:
-    """Top-1 and top-5 (%) of the encoder's own classifier on the test split, eval preprocessing."""
+    """Top-1 and top-5 (%, k = min(5, classes)) of the encoder's own classifier on the test split, eval
+    preprocessing."""
     encoder.eval()
     logits, labels = extract_features(encoder, data.test, encoder.transform, device=device, progress=False)
     top1, top5 = topk_accuracy(logits, labels, logits.shape[1])
-    return {"top1": top1, "top5": top5, "test_images": len(data.test), "test_split": data.spec.test_split}
+    return {"top1": top1, "top5": top5, "num_classes": logits.shape[1], "test_images": len(data.test),
+            "test_split": data.spec.test_split}
 
 
 def export(encoder: ContrastiveEncoder, data: LoadedData, s: dict[str, Any], protocol: dict[str, Any],
@@ -391,7 +394,8 @@ def export(encoder: ContrastiveEncoder, data: LoadedData, s: dict[str, Any], pro
     }
     hub_dir = save_pretrained(encoder, run_dir / "hub", training=training)
     (hub_dir / METRICS_NAME).write_text(json.dumps({"evaluation": evaluation, "history": history}, indent=2) + "\n")
-    print(f"fine-tuned top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%) on {s['dataset']} "
+    top5 = top5_phrase(evaluation["top5"], evaluation["num_classes"])
+    print(f"fine-tuned top-1 {evaluation['top1']:.2f}%{f' ({top5})' if top5 else ''} on {s['dataset']} "
           f"{evaluation['test_split']} ({evaluation['test_images']} images), last epoch. Hub-ready folder: {hub_dir}",
           flush=True)
     return {**evaluation, "hub_dir": str(hub_dir)}
