@@ -116,6 +116,10 @@ def test_the_finetuning_pages_command_beats_the_frozen_probe_of_the_readmes_run(
     for line in (train, command):
         subprocess.run(["bash", "-euo", "pipefail", "-c", line], cwd=tmp_path, env=_env(), check=True,
                        capture_output=True, timeout=900)
-    probe = json.loads((tmp_path / "runs" / "default" / "linear_eval.json").read_text())["top1"]
+    run = tmp_path / "runs" / "default"
+    checkpoints = sum(p.stat().st_size for p in (run / "checkpoints").rglob("*") if p.is_file())
+    ratio = checkpoints / (run / "hub" / "model.safetensors").stat().st_size
+    assert 5.5 < ratio < 6.5, f"docs/training.md: the default run's checkpoints are about six times its model ({ratio})"
+    probe = json.loads((run / "linear_eval.json").read_text())["top1"]
     metrics = json.loads((tmp_path / "runs" / "finetune" / "hub" / "metrics.json").read_text())
     assert metrics["evaluation"]["top1"] > probe, (metrics["evaluation"]["top1"], probe)

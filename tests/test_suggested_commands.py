@@ -131,3 +131,30 @@ def test_ctrl_c_while_the_data_loads_says_there_is_no_run_to_resume(tmp_path):
     assert not (tmp_path / "runs" / "cut").exists() or not any((tmp_path / "runs" / "cut").iterdir())
     resumed = _run(["train", "--output_dir", "runs/cut", "--resume"], tmp_path, _env(tmp_path))
     assert "holds no run" in _error_line(resumed), "--resume is refused, as the message says"
+
+
+@pytest.mark.slow  # two short digits runs: about a minute
+def test_the_home_pages_training_step_runs_after_the_readmes_first_command(tmp_path):
+    """docs/index.md's step 2, as written, in a folder where the README's first command already left
+    runs/default (issue 57: it was refused, 'runs/default already holds a run')."""
+    from test_doc_snippets import blocks_of
+
+    env = _env(tmp_path)
+    readme = _run(["train", "--epochs", "1", "--subset", "160", "--batch_size", "16", "--backbone", "resnet10t",
+                   "--probe_epochs", "2", "--monitor_train_size", "64"], tmp_path, env)  # the README's run, shortened
+    assert readme.returncode == 0 and (tmp_path / "runs" / "default" / "hub").is_dir(), readme.stderr[-2000:]
+    step = next(b for b in blocks_of(REPO / "docs" / "index.md") if b.code.startswith("hscl-zoo train"))
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", step.code], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_skip_for_missing_data_is_one_short_line_per_dataset():
+    """A clone without ../shared/data reads one short reason per dataset (issue 57: one 300-character
+    sentence, the same for every dataset)."""
+    from helpers import SHARED_DATA, missing_data
+
+    reasons = {name: missing_data(SHARED_DATA / name / "sub") for name in ("cifar10", "cifar100", "tudataset")}
+    reasons["all"] = missing_data(SHARED_DATA)
+    assert len(set(reasons.values())) == 4 and all(len(r) <= 130 for r in reasons.values()), reasons
+    assert "uoft-cs/cifar100 " in reasons["cifar100"] and "TUDataset" in reasons["tudataset"]
