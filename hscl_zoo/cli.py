@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from hscl_zoo._version import __version__
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.data.source_options import SourceOptions, source_options
-from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, OUTPUTS, check_metrics
+from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, OUTPUTS, check_metrics, top5_phrase
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.table import FORMATS, render, zoo_rows
 
@@ -109,14 +109,25 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{key}", help="default: guessed from the features (tables only)")
     group.add_argument("--test_fraction", type=float, default=SourceOptions.test_fraction,
                        help="part of each class held out when there is no test split (default: %(default)s)")
-    group.add_argument("--skip_unreadable", action="store_true", help="leave out images that do not decode")
+    group.add_argument("--skip_unreadable", nargs="?", const=True, default=False, type=_true_false,
+                       metavar="true|false", help="leave out images that do not decode (bare: true; as on hscl-zoo "
+                       "train)")
+
+
+def _true_false(text: str) -> bool:
+    """A command-line true/false value, read as ``hscl-zoo train`` reads one."""
+    value = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+    if text.strip().lower() not in value:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value[text.strip().lower()]
 
 
 def _summary(result: dict[str, Any]) -> str:
     """One line of a result's headline scores."""
     parts = []
     if "top1" in result:
-        parts.append(f"linear-probe top-1 {result['top1']:.2f}% top-5 {result['top5']:.2f}%")
+        top5 = top5_phrase(result["top5"], result["protocol"]["num_classes"])
+        parts.append(f"linear-probe top-1 {result['top1']:.2f}%" + (f" {top5}" if top5 else ""))
     if "knn_top1" in result:
         parts.append(f"kNN top-1 {result['knn_top1']:.2f}%")
     if "retrieval" in result:
@@ -410,8 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--register", action="store_true", help="add the record to hscl_zoo/zoo/released.json "
                      "(the checkout's), publishing the release")
 
-    cmd = _command(commands, "register", _cmd_register, "Add image release folders built elsewhere (a GPU sprint's, "
-                   "unpacked) to hscl_zoo/zoo/released.json as they stand, every file pinned by its sha256.")
+    cmd = _command(commands, "register", _cmd_register, "Add image release folders built on another machine and "
+                   "copied here to hscl_zoo/zoo/released.json as they stand, every file pinned by its sha256.")
     cmd.add_argument("folders", type=Path, nargs="+", metavar="FOLDER", help="releases/NAME, built by hscl-zoo release")
 
     cmd = _command(commands, "push", _cmd_push, "Upload a release folder as it is, or check, rebuild and upload a "

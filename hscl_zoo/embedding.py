@@ -62,6 +62,27 @@ def image_files(folder: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
+def _readable(files: list[Path], root: Path) -> list[Path]:
+    """The files that decode as images; prints how many were left out and which."""
+    from PIL import Image
+
+    readable, skipped = [], []
+    for file in files:
+        try:
+            with Image.open(file) as image:
+                image.convert("RGB")
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+            skipped.append(f"{file.relative_to(root).as_posix()} ({type(error).__name__})")
+            continue
+        readable.append(file)
+    if skipped:
+        print(f"{root}: skipped {len(skipped)} unreadable image(s): {', '.join(skipped[:5])}"
+              + (" ..." if len(skipped) > 5 else ""))
+    if not readable:
+        raise ValueError(f"{root}: none of its {len(files)} image files can be decoded.")
+    return readable
+
+
 def _folder_table(files: list[Path]) -> datasets.Dataset:
     features = datasets.Features({"image": datasets.Image(mode="RGB"), "label": datasets.Value("int64")})
     return datasets.Dataset.from_dict({"image": [str(f) for f in files], "label": [0] * len(files)},
@@ -97,17 +118,21 @@ def embed(
     which ``split`` ``"train"`` or ``"test"`` is encoded (``data_dir`` as in ``load_splits``).
     Features are ``model.encode``,
     or the L2-normalised 128-d ``model.project`` with ``projection=True``. An unreadable image is
-    a ``ValueError`` naming it.
+    a ``ValueError`` naming it, unless ``skip_unreadable=True`` leaves it out (of a folder too).
     """
     encode = model.project if projection else model.encode
     path = Path(images).expanduser()
     if path.is_dir():
         files = image_files(path)
+        if source_options.get("skip_unreadable"):
+            files = _readable(files, path)
         try:
             features, _ = extract_features(encode, _folder_table(files), model.transform, batch_size=batch_size,
                                            device=device, num_workers=num_workers, progress=progress)
         except OSError as error:
-            raise ValueError(f"cannot read an image under {path}: {error}. Fix or remove that file.") from error
+            raise ValueError(f"cannot read an image under {path}: {error}. Fix or remove that file, or leave "
+                             "unreadable images out: --skip_unreadable on the command line, skip_unreadable=True "
+                             "in Python.") from error
         return Embeddings(features.numpy(), [f.relative_to(path).as_posix() for f in files], "file")
     if str(images) not in DATASETS and not is_source(str(images)):
         raise FileNotFoundError(f"{images!r} is neither a folder nor a dataset name; give a folder of images, one "

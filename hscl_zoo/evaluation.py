@@ -210,8 +210,8 @@ def evaluate_model(
     if data_dir is None and same_data.get("data_dir") is not None:
         data_dir = same_data["data_dir"]
         if not Path(data_dir).is_dir():
-            print(f"note: the run's data_dir {data_dir} is not here; reading {dataset} from the Hub "
-                  "(pass --data_dir to use a local copy).", file=sys.stderr)
+            print(f"note: reading {dataset} from the Hub (the folder the model was trained from is not on this "
+                  "machine); --data_dir reads a local copy.", file=sys.stderr)
             data_dir = None
     given = {"probe_epochs": probe_epochs, "knn_k": knn_k, "seed": seed}
     settings = {key: given[key] if given[key] is not None else recipe.get(key, default)

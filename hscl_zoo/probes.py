@@ -177,6 +177,7 @@ def linear_probe(
         "seed": seed,
         "report": "last epoch",
         "top5_k": min(5, num_classes),
+        "num_classes": num_classes,
         "num_train": len(train_feats),
         "num_test": len(test_feats),
     }

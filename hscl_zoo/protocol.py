@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["EVAL_DEFAULTS", "METRICS", "OUTPUTS", "check_metrics"]
+__all__ = ["EVAL_DEFAULTS", "METRICS", "OUTPUTS", "check_metrics", "top5_phrase"]
 
 EVAL_DEFAULTS = {"probe_epochs": 100, "knn_k": 20, "seed": 0}
 """Probe settings used when neither the caller nor the model's recipe config sets them."""
@@ -32,3 +32,9 @@ def check_metrics(metrics: Iterable[str]) -> tuple[str, ...]:
 
 OUTPUTS = ("features", "projection", "logits")
 """What an exported graph computes: ``model.encode``, ``model.project`` or ``model(x)``."""
+
+
+def top5_phrase(top5: float, num_classes: int) -> str | None:
+    """``"top-5 X.XX%"`` for a printed summary, or None with 5 classes or fewer: the top-k accuracy
+    (k = min(5, classes)) is then over every class, always 100 %, and would read as a score."""
+    return f"top-5 {top5:.2f}%" if num_classes > 5 else None

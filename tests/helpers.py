@@ -18,11 +18,22 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 """The first eight bytes of every PNG file."""
 
 
+GET_DATA = {
+    "cifar10": "hf download uoft-cs/cifar10 --repo-type dataset --local-dir ../shared/data/cifar10",
+    "cifar100": "hf download uoft-cs/cifar100 --repo-type dataset --local-dir ../shared/data/cifar100",
+    "tinyimagenet": "hf download zh-plus/tiny-imagenet --repo-type dataset --local-dir ../shared/data/tinyimagenet",
+    "tudataset": "TUDataset('../shared/data/tudataset', NAME) from PyTorch Geometric",
+}
+"""How to get each dataset of ``../shared/data`` (docs/contributing.md says the same)."""
+
+
 def missing_data(path: Path) -> str:
-    """The skip reason of a test whose data is not beside the clone: what is missing and how to get it."""
-    return (f"{path} not found (a clone without the test data; CI has it): download it beside the clone as "
-            "docs/contributing.md says, e.g. hf download uoft-cs/cifar10 --repo-type dataset --local-dir "
-            "../shared/data/cifar10, and the TU graphs with PyTorch Geometric's TUDataset into ../shared/data/tudataset")
+    """The skip reason of a test whose data is not beside the clone: one short line naming the missing
+    dataset and how to get it, so that a clone without the data reads one line per dataset."""
+    dataset = next((part for part in reversed(Path(path).parts) if part in GET_DATA), None)
+    if dataset is None:
+        return "no ../shared/data beside the clone (the test datasets): docs/contributing.md lists their downloads"
+    return f"no test data {dataset} beside the clone: {GET_DATA[dataset]}"
 
 
 def load_script(folder: str, name: str) -> ModuleType:

@@ -165,12 +165,15 @@ def _check_quotes(name: str, entry, folder: Path, evaluation: dict) -> None:
 def test_an_image_release_card_says_how_it_was_trained(name) -> None:
     """The card is its folder's files rendered, and names a shipped config only when the run started from one
     (the runs behind these releases took command-line arguments, and a paper config trains another model)."""
-    from hscl_zoo.training.release import _card
+    from hscl_zoo.training.release import release_card
 
     folder = RELEASES / name
     config, evaluation = (json.loads((folder / f).read_text()) for f in ("config.json", "eval.json"))
     card = (folder / "README.md").read_text()
-    assert card == _card(config, name, evaluation, registry.info(registry.info(name).base_name))
+    assert card == release_card(folder)
+    assert f'hscl_zoo.load("{name}")' in card and "hf-hub:" not in card, "a release loads by the name that serves it"
+    assert registry.info(name).revision is None and "published at" not in card.lower(), \
+        "a card claims the Hub only for weights pinned to a Hub revision"
     started_from = config["training"].get("config")
     assert ("--config" in card) == bool(started_from) and ("Trained without a shipped config" in card) != bool(started_from)
     assert ("`release_command` built this folder" in card) == bool(evaluation["release_command"])

@@ -33,8 +33,8 @@ RECIPE = {"subset": 60, "full_test": True, "labelled_fraction": 0.5, "probe_epoc
           "data_dir": "/nonexistent/hscl-digits-parquet"}
 TRAINING = {"dataset": "digits", "method": "scl", "hyperparameters": {"temperature": 0.5}, "epochs": 1,
             "global_batch_size": 8, "expected_negatives_per_anchor": 14, "recipe_config": RECIPE}
-NOTE = (f"note: the run's data_dir {RECIPE['data_dir']} is not here; reading digits from the Hub "
-        "(pass --data_dir to use a local copy).\n")
+NOTE = ("note: reading digits from the Hub (the folder the model was trained from is not on this machine); "
+        "--data_dir reads a local copy.\n")
 TINY = "hf:someone/tiny-shapes"
 
 
@@ -233,6 +233,7 @@ def test_the_runs_own_dataset_is_evaluated_with_the_runs_settings(model_dir, cap
     result = evaluate_model(model_dir, metrics=metrics, progress=False)
     out, err = capsys.readouterr()
     assert [line for line in err.splitlines() if "data_dir" in line] == [NOTE.rstrip("\n")] and "note" not in out
+    assert RECIPE["data_dir"] not in err, "the training machine's folder means nothing to a user"
     assert (_bars(err, "features"), _bars(err, "linear probe")) == (0, 0)
     assert {key: result[key] for key in ("model", "dataset", "data_dir", "subset", "full_test", "labelled_fraction",
                                          "trained_on", "transfer", "native_size")} == {

@@ -8,6 +8,7 @@ bar shows each step's loss, and a local run's card names no path and claims no p
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -25,9 +26,10 @@ import yaml
 
 import hscl_zoo
 from hscl_zoo.cli import build_parser, main
-from hscl_zoo.config_help import config_keys
+from hscl_zoo.config_help import build_train_parser, config_keys
 from hscl_zoo.data.hub_reach import DatasetUnavailableError, check_hub_dataset, hub_reachable
 from hscl_zoo.training.config import PretrainConfig
+from hscl_zoo.training.finetune import build_parser as finetune_parser
 from hscl_zoo.training.pretrain import parse_args
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.cards import render_card
@@ -249,7 +251,7 @@ def test_loading_a_zoo_name_prints_one_line_with_the_weights_and_their_score(cap
 
 
 # What users read: our GPU tooling and its limits belong on the contributing and benchmarks pages.
-TOOLING = re.compile(r"device command|device tool|gpu_sprint|sprint_plan|lent GPU|lent minutes|minutes of device",
+TOOLING = re.compile(r"device command|device tool|gpu_sprint|sprint|lent GPU|lent minutes|minutes of device|\.gpu/",
                      re.I)
 USER_PAGES = [REPO / "README.md", *(p for p in sorted((REPO / "docs").glob("*.md"))
                                     if p.name not in ("contributing.md", "benchmarks.md"))]
@@ -260,8 +262,15 @@ def test_no_user_page_card_or_info_speaks_of_our_gpu_tooling():
     texts |= {str(p.relative_to(REPO)): p.read_text() for p in (REPO / "model_cards").glob("*.md")}
     texts |= {str(p.relative_to(REPO)): p.read_text() for p in (REPO / "releases").glob("*/README.md")}
     texts |= {f"hscl-zoo info {name}": str(hscl_zoo.info(name)) for name in hscl_zoo.list_models()}
+    parser = build_parser()
+    texts["hscl-zoo --help"] = parser.format_help()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    texts |= {f"hscl-zoo {name} --help": command.format_help() for name, command in commands.items()}
+    texts["hscl-zoo train --help"] = build_train_parser("hscl-zoo train").format_help()
+    texts["hscl-zoo finetune --help"] = finetune_parser("hscl-zoo finetune").format_help()
     found = {where: match.group(0) for where, text in texts.items() if (match := TOOLING.search(text))}
     assert not found, found
+    assert "hscl_zoo.zoo.cards" not in texts["docs/models.md"], "rewriting the zoo's cards is contributing.md's"
 
 
 @pytest.mark.slow

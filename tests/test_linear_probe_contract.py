@@ -141,6 +141,7 @@ def test_the_recorded_protocol_states_every_setting():
         "seed": 3,
         "report": "last epoch",
         "top5_k": 5,
+        "num_classes": 7,
         "num_train": 14,
         "num_test": 5,
     }

@@ -59,6 +59,7 @@ register_dataset(DatasetSpec(
     class_names_source="scikit-learn load_digits target (digit as text)",
     fallback_class_names=tuple(str(d) for d in range(10)),
     builder=digits_tables,
+    crops_and_flips_keep_class=False,
 ))
 register_dataset(_hub(
     "cifar10", "CIFAR-10", "uoft-cs/cifar10", ("img", "label"), 10, 32, (0.4914, 0.4822, 0.4465),

@@ -106,7 +106,7 @@ def source_spec(
         listed = ", ".join(scan.unreadable_names[:5]) + (" ..." if len(scan.unreadable_names) > 5 else "")
         if not options.skip_unreadable:
             raise ValueError(f"{source}: {len(scan.unreadable_names)} image(s) cannot be decoded: {listed}. Fix or "
-                             "remove them, or pass skip_unreadable=True (--skip_unreadable true) to leave them out.")
+                             "remove them, or leave them out: --skip_unreadable on the command line, skip_unreadable=True in Python.")
         print(f"{source}: skipped {len(scan.unreadable_names)} unreadable image(s): {listed}")
         train, test = (_drop(t, scan.unreadable.get(split, [])) for split, t in (("train", train), ("test", test)))
     tables = (_internal(train, names), _internal(test, names))

@@ -42,6 +42,9 @@ class DatasetSpec:
         display: the name people use (``"CIFAR-10"``); defaults to `name`.
         builder: for a dataset without a Hub or parquet source, a function of the spec returning
             its (train, test) tables already in the internal form.
+        crops_and_flips_keep_class: whether a random crop or a mirror image still shows its class
+            (False for the 8x8 digits, where a flipped 2 is no digit and a crop cuts a 7 to a 1);
+            fine-tuning's default augmentation is none where it does not.
     """
 
     name: str
@@ -58,6 +61,7 @@ class DatasetSpec:
     fallback_class_names: tuple[str, ...] = ()
     display: str = ""
     builder: TableBuilder | None = None
+    crops_and_flips_keep_class: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

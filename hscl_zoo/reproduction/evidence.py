@@ -150,6 +150,8 @@ def finetune_run(model: Path, options: list[str], folder: Path) -> Record:
     if saved_path.is_file():
         given = {k: v for k, v in vars(build_parser().parse_args(argv)).items() if k not in ("resume", "overwrite")}
         saved = json.loads(saved_path.read_text())
+        if given["augmentation"] is None:  # the dataset's default, which the run resolved and saved
+            given["augmentation"] = saved.get("augmentation")
         changed = sorted(k for k in given if saved.get(k) != given[k])
         if changed:
             raise ValueError(f"{folder} holds a fine-tuning run with other settings ({', '.join(changed)}); delete "

@@ -379,7 +379,9 @@ def _coerce(key: str, value: Any, source: str) -> Any:
 
 
 def parse_overrides(argv: list[str]) -> dict[str, str]:
-    """Turn ['--lr', '0.01', '--epochs=3'] into {'lr': '0.01', 'epochs': '3'}."""
+    """Turn ['--lr', '0.01', '--epochs=3', '--skip_unreadable'] into {'lr': '0.01', 'epochs': '3',
+    'skip_unreadable': 'true'}: a true/false key given bare (last, or before the next --key) is true,
+    as a flag is on ``hscl-zoo eval`` and ``embed``."""
     out: dict[str, str] = {}
     i = 0
     while i < len(argv):
@@ -389,6 +391,8 @@ def parse_overrides(argv: list[str]) -> dict[str, str]:
         key = arg[2:]
         if "=" in key:
             key, value = key.split("=", 1)
+        elif bool in _allowed_types(key) and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            value = "true"
         elif i + 1 < len(argv):
             value = argv[i + 1]
             i += 1

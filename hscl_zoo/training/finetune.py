@@ -46,13 +46,15 @@ from hscl_zoo.features import extract_features
 from hscl_zoo.losses.methods import METHODS, build_loss, get_method
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.probes import topk_accuracy
+from hscl_zoo.protocol import top5_phrase
 from hscl_zoo.training.checkpointing import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from hscl_zoo.training.epochs import due
 from hscl_zoo.training.setup import build_optimizer, run_contents
 from hscl_zoo.zoo.hub import load
 from hscl_zoo.zoo.saving import save_pretrained
 
-__all__ = ["main", "finetune", "build_parser", "learning_rate", "freeze_stages", "stage_count", "classifier_for"]
+__all__ = ["main", "finetune", "build_parser", "learning_rate", "default_augmentation", "freeze_stages", "stage_count",
+           "classifier_for"]
 
 AUGMENTATIONS: dict[str, dict[str, Any] | None] = {
     "light": {"scale": (0.35, 1.0), "strength": 0.5, "blur": False},
@@ -79,8 +81,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate, reached after the warm-up")
     p.add_argument("--weight_decay", type=float, default=1e-6)
-    p.add_argument("--augmentation", choices=tuple(AUGMENTATIONS), default="light",
-                   help="light: random crop (area 0.35-1), flip, colour jitter 0.5; none: the eval preprocessing")
+    p.add_argument("--augmentation", choices=tuple(AUGMENTATIONS),
+                   help="light: random crop (area 0.35-1), flip, colour jitter 0.5; none: the eval preprocessing "
+                   "(default: light, or none for data whose class a crop or flip changes, such as digits)")
     p.add_argument("--warmup_epochs", type=float, default=1.0, help="linear warm-up, then cosine to 0")
     p.add_argument("--freeze_stages", type=int, default=0,
                    help="leading backbone stages to freeze (timm's coarse groups; a ResNet has 5: stem, layer1-4)")
@@ -99,6 +102,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
     return p
+
+
+def default_augmentation(data: LoadedData) -> str:
+    """`--augmentation`'s default for a dataset: light, or none where the dataset table says a crop or a
+    flip changes an image's class (the digits), since training on such views teaches wrong labels."""
+    return "light" if data.spec.crops_and_flips_keep_class else "none"
 
 
 def learning_rate(step: int, total_steps: int, warmup_steps: int, peak: float) -> float:
@@ -278,6 +287,11 @@ def finetune(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         data = load_splits(s["dataset"], s["data_dir"], subset=s["subset"], seed=s["seed"]).labelled()
     if not data.class_names:
         raise ValueError(f"{s['dataset']} has no labels; fine-tuning a classifier needs a labelled dataset.")
+    if s["augmentation"] is None:
+        s["augmentation"] = default_augmentation(data)
+        if s["augmentation"] == "none":
+            accelerator.print(f"--augmentation none: a crop or flip changes the class of {s['dataset']}'s images "
+                              "(pass --augmentation light to use them anyway)")
     if s["batch_size"] > len(data.train):
         raise ValueError(f"--batch_size {s['batch_size']} is larger than the {len(data.train)} training images of "
                          f"{s['dataset']}: no full batch exists. Pass --batch_size {len(data.train)} or smaller.")
@@ -358,11 +372,13 @@ def finetune(argv: list[str], prog: str | None = None) -> dict[str, Any]:
 
 
 def classify(encoder: ContrastiveEncoder, data: LoadedData, device: torch.device) -> dict[str, Any]:
-    """Top-1 and top-5 (%) of the encoder's own classifier on the test split, eval preprocessing."""
+    """Top-1 and top-5 (%, k = min(5, classes)) of the encoder's own classifier on the test split, eval
+    preprocessing."""
     encoder.eval()
     logits, labels = extract_features(encoder, data.test, encoder.transform, device=device, progress=False)
     top1, top5 = topk_accuracy(logits, labels, logits.shape[1])
-    return {"top1": top1, "top5": top5, "test_images": len(data.test), "test_split": data.spec.test_split}
+    return {"top1": top1, "top5": top5, "num_classes": logits.shape[1], "test_images": len(data.test),
+            "test_split": data.spec.test_split}
 
 
 def export(encoder: ContrastiveEncoder, data: LoadedData, s: dict[str, Any], protocol: dict[str, Any],
@@ -378,7 +394,8 @@ def export(encoder: ContrastiveEncoder, data: LoadedData, s: dict[str, Any], pro
     }
     hub_dir = save_pretrained(encoder, run_dir / "hub", training=training)
     (hub_dir / METRICS_NAME).write_text(json.dumps({"evaluation": evaluation, "history": history}, indent=2) + "\n")
-    print(f"fine-tuned top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%) on {s['dataset']} "
+    top5 = top5_phrase(evaluation["top5"], evaluation["num_classes"])
+    print(f"fine-tuned top-1 {evaluation['top1']:.2f}%{f' ({top5})' if top5 else ''} on {s['dataset']} "
           f"{evaluation['test_split']} ({evaluation['test_images']} images), last epoch. Hub-ready folder: {hub_dir}",
           flush=True)
     return {**evaluation, "hub_dir": str(hub_dir)}

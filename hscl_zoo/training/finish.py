@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from hscl_zoo.data.datasets import LoadedData
 from hscl_zoo.evaluation import evaluate_encoder
 from hscl_zoo.models import ContrastiveEncoder
-from hscl_zoo.protocol import METRICS
+from hscl_zoo.protocol import METRICS, top5_phrase
 from hscl_zoo.training.config import PretrainConfig
 from hscl_zoo.training.monitoring import KnnMonitor, read_metrics
 from hscl_zoo.training.publishing import training_summary, write_hub_folder
@@ -54,8 +54,9 @@ def export_run(
     if not evaluation:
         print(f"{cfg.dataset} is unlabelled: no linear probe. Hub-ready folder: {hub_dir}", flush=True)
         return {"hub_dir": str(hub_dir), "views_per_second_after_epoch1": throughput}
+    top5 = top5_phrase(evaluation["top5"], len(data.class_names))
     print(
-        f"linear-probe top-1 {evaluation['top1']:.2f}% (top-5 {evaluation['top5']:.2f}%), "
+        f"linear-probe top-1 {evaluation['top1']:.2f}%{f' ({top5})' if top5 else ''}, "
         f"kNN top-1 {evaluation['knn_top1']:.2f}% on {cfg.dataset} {data.spec.test_split} "
         f"({len(data.test)} images; fitted on {evaluation['train_images']} labelled training images). "
         f"Hub-ready folder: {hub_dir}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -201,13 +202,20 @@ def _load_encoder(model: str) -> GraphEncoder:
     return encoder
 
 
-def _dataset_for(encoder: GraphEncoder, dataset: str | None) -> str:
+def _trained_on(encoder: GraphEncoder) -> str | None:
+    """``tu:NAME`` of the table dataset the encoder was trained on, else None."""
     from hscl_zoo.graphs.catalog import GRAPH_DATASETS
 
+    trained_on = str(encoder.metadata.get("dataset", ""))
+    if trained_on and any(trained_on.lower() in (s.name, s.tu_name.lower()) for s in GRAPH_DATASETS.values()):
+        return f"tu:{trained_on}"
+    return None
+
+
+def _dataset_for(encoder: GraphEncoder, dataset: str | None) -> str:
     if dataset is None:
-        trained_on = str(encoder.metadata.get("dataset", ""))
-        if any(trained_on.lower() in (s.name, s.tu_name.lower()) for s in GRAPH_DATASETS.values()):
-            return f"tu:{trained_on}"
+        if (trained_on := _trained_on(encoder)) is not None:
+            return trained_on
         raise ValueError("this graph encoder was not trained on a table dataset; pass --dataset tu:NAME or "
                          "tu:/path/NAME.")
     if not dataset.startswith("tu:"):
@@ -267,7 +275,12 @@ def embed_command(args: argparse.Namespace) -> list[Path]:
     if args.projection:
         raise ValueError("--projection applies to image encoders; a graph encoder's embedding is its GIN readout.")
     encoder = _load_encoder(args.model)
-    graphs = load_graph_dataset(_dataset_for(encoder, args.images), args.data_dir)
+    if not args.images.startswith("tu:"):
+        trained_on = _trained_on(encoder)
+        fix = (f": {shlex.join(['hscl-zoo', 'embed', args.model, trained_on, '--out', str(args.out)])}"
+               if trained_on else " (tu:NAME or tu:/path/NAME)")
+        raise ValueError(f"a graph encoder reads graphs, not {args.images!r}; give a tu: dataset as IMAGES{fix}")
+    graphs = load_graph_dataset(args.images, args.data_dir)
     features = encoder.embed(graphs, batch_size=args.batch_size).numpy()
     written = save_embeddings(Embeddings(features, list(range(graphs.num_graphs)), "index",
                                          graphs.labels.numpy()), args.out)

@@ -73,9 +73,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
             raise
         raise SystemExit(message) from error
     except KeyboardInterrupt:
-        print("interrupted outside the training loop; --resume continues from the latest checkpoint, if any.",
-              file=sys.stderr)
+        print(interrupted_message(sys.argv[1:] if argv is None else argv, prog), file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
+
+
+def interrupted_message(argv: list[str], prog: str | None = None) -> str:
+    """What a Ctrl-C outside the training loop leaves: a run in output_dir that --resume continues,
+    or (interrupted before the run wrote its config) nothing to resume."""
+    run_dir = Path(parse_args(argv, prog)[0].output_dir)
+    if (run_dir / "config.json").is_file():
+        return f"interrupted outside the training loop; --resume continues {run_dir} from its latest checkpoint, if any."
+    return (f"interrupted before the run started: {run_dir} holds no run to resume; run the same command again to "
+            "start it.")
 
 
 PHASES = ("arguments", "data", "setup", "epochs", "finish")

@@ -33,7 +33,7 @@ from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.shards import dtype_name
 
 __all__ = ["MAX_TOP1_DROP", "EVAL_NAME", "ReleaseRefused", "Release", "check_release_name", "released_scores",
-           "build_release", "release_entry", "registry_entry_text", "register_release", "push_release", "git_commit",
+           "build_release", "release_card", "release_entry", "registry_entry_text", "register_release", "push_release", "git_commit",
            "hardware"]
 
 MAX_TOP1_DROP = 0.2
@@ -144,7 +144,7 @@ def _card(config: dict[str, Any], name: str, evaluation: dict[str, Any], entry: 
     from hscl_zoo.zoo.cards import render_card
 
     results = {"top1": evaluation["linear_top1"], "top5": evaluation["linear_top5"], "knn_top1": evaluation["knn_top1"]}
-    card = render_card(config, results, name=name, repo_id=f"{registry.HUB_ORG}/{name}")
+    card = render_card(config, results, name=name, repo_id=f"{registry.HUB_ORG}/{name}", release=True)
     paper = "n/a" if entry.paper_top1 is None else f"{entry.paper_top1:.2f} %"
     budget = evaluation["budget"] if evaluation["budget"].endswith(".") else evaluation["budget"] + "."
     built = ", and `release_command` built this folder" if evaluation.get("release_command") else ""
@@ -236,6 +236,15 @@ def build_release(
         for path in sorted(folder.iterdir()):
             os.replace(path, target / path.name)
     return Release(target, evaluation, release_entry(target))
+
+
+def release_card(folder: str | os.PathLike[str]) -> str:
+    """The card (README.md) of an image release folder, rendered from its config.json and eval.json:
+    what ``build_release`` writes, so a card can be regenerated after the template changes."""
+    folder = Path(folder)
+    config, evaluation = (json.loads((folder / f).read_text(encoding="utf-8")) for f in ("config.json", EVAL_NAME))
+    name = evaluation["name"]
+    return _card(config, name, evaluation, registry.info(registry.info(name).base_name))
 
 
 def release_entry(folder: str | os.PathLike[str]) -> dict[str, Any]:

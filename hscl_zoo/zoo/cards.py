@@ -225,6 +225,11 @@ def _status(facts: _CardFacts, results: Mapping[str, float]) -> str:
     return f"Trained with hscl_zoo and published at [`{facts.hub_repo}`](https://huggingface.co/{facts.hub_repo})."
 
 
+def _release_status(name: str) -> str:
+    return (f"A release of hscl_zoo, loaded by its zoo name: `hscl_zoo.load(\"{name}\")` (`hscl-zoo info {name}` says "
+            "where its files are served from).")
+
+
 def _description(facts: _CardFacts) -> str:
     method = METHODS.get(facts.method)
     dataset = DATASETS.get(facts.dataset)
@@ -386,6 +391,7 @@ def render_card(
     repo_id: str | None = None,
     evaluation: Mapping[str, Any] | None = None,
     evidence_results: Path | None = None,
+    release: bool = False,
 ) -> str:
     """Render the Markdown model card (YAML front matter + body) for a zoo entry or a trained model.
 
@@ -395,7 +401,9 @@ def render_card(
     ``model-index`` block appears only when there are results. ``name`` and ``repo_id`` override
     the registry's. ``evaluation`` (the recipe's linear_eval.json) adds its retrieval and audit,
     when it has them, under the results. ``evidence_results`` (the repository's results/ folder) adds the
-    method's runs at the evidence budgets of the dataset (CPU and GPU).
+    method's runs at the evidence budgets of the dataset (CPU and GPU). ``release`` renders the card
+    of a release folder (``hscl-zoo release``): it loads by its zoo name, and the card claims no Hub
+    repository, since the folder is built before anything is pushed.
     """
     facts = _facts(entry_or_config, name, repo_id)
     if results is None:
@@ -405,7 +413,7 @@ def render_card(
     num_classes = dataset.num_classes if dataset else "num_classes"
     if facts.pretrained_cfg is not None:
         num_classes = facts.pretrained_cfg.get("num_classes", num_classes)
-    if facts.training is None and facts.entry is not None and facts.entry.name == facts.name:
+    if release or (facts.training is None and facts.entry is not None and facts.entry.name == facts.name):
         load_source = facts.name
     elif facts.hub_repo:
         load_source = f"hf-hub:{facts.hub_repo}"
@@ -414,7 +422,7 @@ def render_card(
     return CARD_TEMPLATE.substitute(
         front_matter=_front_matter(facts, results),
         name=facts.name,
-        status=_status(facts, results),
+        status=_release_status(facts.name) if release else _status(facts, results),
         description=_description(facts),
         load_source=load_source,
         num_classes=num_classes,
