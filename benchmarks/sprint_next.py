@@ -35,27 +35,13 @@ import sprint_plan
 from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = {False: "benchmarks/results/gpu_data_path.json", True: "benchmarks/results/data_path_rehearsal.json"}
+PROFILE = {False: sprint_plan.GPU_PROFILE, True: "benchmarks/results/data_path_rehearsal.json"}
 """Where the data-path profile of a call lands (benchmarks/data_path_profile.py), on a GPU and in a
-rehearsal: the first call profiles before it trains, later calls read the committed file."""
-PROFILE_SECONDS = 150.0
-"""The profile's share of a call (ResNet-18 eager and compiled on the packed CIFAR split: decoding
-the split, two compilations, three timed windows a stage), as a rehearsal's clock counts it."""
-COMPILE_GAIN = 1.05
-"""Training runs compile when the profile's compiled end-to-end rate beats the eager one by this factor."""
+rehearsal: the first call profiles before it trains (on a GPU its time counts against the call, and
+the plan's estimates then come from its rate), later calls read the committed file."""
 SEEDED = (*(f"{sprint_plan.runs_dir(b)}/*.json" for b in GPU_BUDGETS), "benchmarks/results/*sprint*.json",
           sprint_plan.RELEASES_REGISTRY, *sprint_plan.CHECKS.values(), PROFILE[False])
 """The committed files a view starts from (what `sprint_plan` reads, and the GPU's profile)."""
-
-
-def compile_pays(profile: dict) -> bool:
-    """Whether a profile (data_path_profile.py's JSON) measured the compiled end to end at least
-    `COMPILE_GAIN` times the eager one."""
-    configurations = profile.get("configurations", {})
-    if "compiled" not in configurations or "eager" not in configurations:
-        return False
-    rate = lambda name: configurations[name]["views_per_second"]["e2e"]  # noqa: E731
-    return rate("compiled") >= COMPILE_GAIN * rate("eager")
 
 
 class Sprint:
@@ -175,30 +161,27 @@ class Sprint:
                         "--memory-batches", *sizes, "--json", str(self.view / result)]
         self.part(check, cmd, [result])  # a failed parity row is a result too: its file lands
 
-    def profile(self) -> float:
+    def profile(self) -> None:
         """Profile the data path and the step first (once: a committed profile is read instead), and
-        decide from it whether the runs compile. Returns the seconds a rehearsal's clock counts."""
+        decide from it whether the runs compile."""
         result = PROFILE[self.args.rehearse]
-        spent = 0.0
         if not (self.view / result).is_file():
             name = next((n for n in ("cifar100", "cifar10") if (self.args.data / n).is_dir()), None)
             if name is None:
-                return spent
+                return
             sizes = (["--rows", "64", "--backbone", "resnet10t", "--batch-size", "32", "--steps", "1", "--warmup", "1",
                       "--reruns", "1", "--profile-steps", "1"] if self.args.rehearse else
                      ["--bf16", "--channels-last", "--steps", "30", "--warmup", "5"])
             self.part("profile", [sys.executable, "benchmarks/data_path_profile.py", "--device", self.args.device,
                                   "--dataset", name, "--data-dir", str(self.args.data / name), "--compile", *sizes,
                                   "--json", str(self.view / result)], [result])
-            spent = PROFILE_SECONDS
         if (self.view / result).is_file():
-            self.compile = compile_pays(json.loads((self.view / result).read_text()))
+            self.compile = sprint_plan.compile_pays(json.loads((self.view / result).read_text()))
             self.log["compile"] = self.compile
-        return spent
 
     def run(self) -> int:
-        started = time.perf_counter()
-        simulated = self.profile()
+        started, simulated = time.perf_counter(), 0.0  # a rehearsal's clock counts the items' estimates only
+        self.profile()
         elapsed = simulated if self.args.rehearse else time.perf_counter() - started
         state, costs = sprint_plan.state_of(self.view), sprint_plan.costs_of(self.view)
         self.log["plan"] = [item.to_json() for item in

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from datetime import datetime, timezone
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,12 @@ RELEASE_TAGS = {"gpu-cifar100": "gpu-30ep", "gpu-cifar10": "gpu-30ep", "gpu-cifa
 """The tag of each GPU budget's seed-0 releases (``hscl_zoo.zoo.registry.RELEASE_TAGS`` says each in
 users' words)."""
 TRAIN_IMAGES = {"cifar10": 50_000, "cifar100": 50_000}
+GPU_PROFILE = "benchmarks/results/gpu_data_path.json"
+"""A GPU's data-path profile (benchmarks/data_path_profile.py), measured by the first call of a
+sprint before it trains: once newer than the newest sprint log, the pair's training time comes from
+its end-to-end rate (`costs_of`)."""
+COMPILE_GAIN = 1.05
+"""Runs train compiled when a profile's compiled end-to-end rate beats the eager one by this factor."""
 """Training images of the GPU budgets' full datasets (a budget's ``subset`` overrides them)."""
 METHOD_ORDER = ("scl", "hscl-beta", "hucl", "ucl", "hscl-tau")
 """Within a later seed (hscl_zoo.reproduction.budgets.RUN_ORDER): SCL before H-SCL(tau), which reads it."""
@@ -305,6 +312,36 @@ def part_budget(part: str) -> str:
     return max(named, key=len) if named else "gpu-cifar10"
 
 
+def compile_pays(profile: dict) -> bool:
+    """Whether a profile (data_path_profile.py's JSON) measured the compiled end to end at least
+    `COMPILE_GAIN` times the eager one: the runs then train compiled."""
+    configurations = profile.get("configurations", {})
+    if "compiled" not in configurations or "eager" not in configurations:
+        return False
+    rate = lambda name: configurations[name]["views_per_second"]["e2e"]  # noqa: E731
+    return rate("compiled") >= COMPILE_GAIN * rate("eager")
+
+
+def profile_rate(root: Path) -> tuple[float, str] | None:
+    """The end-to-end views/s the runs will train at by the GPU profile under `root` (the compiled
+    rate when compiling pays), and the profile's time as a sprint log stamps it; None without one."""
+    path = root / GPU_PROFILE
+    if not path.is_file():
+        return None
+    profile = json.loads(path.read_text())
+    configuration = "compiled" if compile_pays(profile) else "eager"
+    stamp = datetime.fromisoformat(profile["measured"]).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return float(profile["configurations"][configuration]["views_per_second"]["e2e"]), stamp
+
+
+def pair_from_profile(rate: float, budget: str, outside: float) -> float:
+    """Seconds of two runs of `budget` side by side on one GPU at `rate` views/s end to end (they
+    share it: each trains at half the rate), plus the `outside` seconds a run spends outside its
+    epochs (start-up, monitor, checkpoints, evaluation)."""
+    views = image_epochs(budget) * BUDGETS[budget].settings.get("views", 2)
+    return outside + 2 * views / rate
+
+
 def costs_of(root: Path = ROOT) -> Costs:
     """Costs from the committed files, each from the newest sprint log that measured it (the
     hardware's pace now, not the slowest call ever logged). A pair: the training part of that log
@@ -319,6 +356,12 @@ def costs_of(root: Path = ROOT) -> Costs:
                          "run a sprint call first.")
     slowest = max(newest[0], key=lambda p: p["seconds"] / image_epochs(part_budget(p["part"])))
     train, measured = (float(slowest["seconds"]), newest[1]), part_budget(slowest["part"])
+    profiled = profile_rate(root)
+    log_stamp = str(json.loads((root / newest[1]).read_text()).get("started") or "")
+    if profiled is not None and profiled[1] > log_stamp:
+        outside = max((p.get("timings") or {}).get("outside_training", 0.0) for p in newest[0])
+        train = (pair_from_profile(profiled[0], measured, outside),
+                 f"{GPU_PROFILE}, {profiled[0]:,.0f} views/s, + {outside:.0f} s outside training from {newest[1]}")
     release = _measured(root, "release-")
     if release is None:
         outside = [(r["wall_seconds"] - sum(h.get("wall_seconds", h["epoch_seconds"]) for h in r["history"]), p)

@@ -8,7 +8,7 @@ import sys
 
 from helpers import REPO, load_script
 
-sprint_next = load_script("benchmarks", "sprint_next")
+plan = load_script("benchmarks", "sprint_plan")
 
 
 def test_the_profile_measures_each_stage_and_names_the_phases(tmp_path):
@@ -39,7 +39,7 @@ def rates(eager: float, compiled: float) -> dict:
 
 
 def test_runs_compile_only_when_the_profile_measured_it_faster():
-    assert sprint_next.compile_pays(rates(40_000.0, 42_000.0))  # 1.05x: pays
-    assert not sprint_next.compile_pays(rates(40_000.0, 41_999.0))
-    assert not sprint_next.compile_pays(rates(40_000.0, 30_000.0))
-    assert not sprint_next.compile_pays({"configurations": {"eager": {"views_per_second": {"e2e": 1.0}}}})
+    assert plan.compile_pays(rates(40_000.0, 42_000.0))  # 1.05x: pays
+    assert not plan.compile_pays(rates(40_000.0, 41_999.0))
+    assert not plan.compile_pays(rates(40_000.0, 30_000.0))
+    assert not plan.compile_pays({"configurations": {"eager": {"views_per_second": {"e2e": 1.0}}}})

@@ -175,6 +175,33 @@ def test_state_and_costs_come_from_the_files(tmp_path):
     assert costs.train("gpu-cifar100-200ep") == 310 * 200 / 30 and costs.train("gpu-cifar10") == 310
 
 
+def test_a_gpu_profile_newer_than_the_newest_log_gives_the_pairs_training_time(tmp_path):
+    """After the first call's profile, a pair of 30-epoch CIFAR-100 runs is the seconds outside
+    training the newest log measured plus 2 runs x 3,000,000 views (30 epochs x 50,000 images x 2
+    views) at the profile's end-to-end rate; an older profile changes nothing."""
+    (tmp_path / "benchmarks/results").mkdir(parents=True)
+    log = {"started": "20261201T000000Z", "parts": [
+        {"part": "train-gpu-cifar100-scl-s0", "seconds": 416, "timings": {"outside_training": 160.0}},
+        {"part": "train-gpu-cifar100-ucl-s0", "seconds": 410, "timings": {"outside_training": 164.5}}]}
+    (tmp_path / "benchmarks/results/gpu_sprint_x.json").write_text(json.dumps(log))
+    runs = tmp_path / plan.runs_dir("gpu-cifar10")
+    runs.mkdir(parents=True)
+    (runs / "ucl-s0.json").write_text(json.dumps({"wall_seconds": 100.0, "history": [{"epoch_seconds": 20.0}]}))
+
+    def profile(measured: str, eager: float, compiled: float) -> None:
+        rates = lambda e2e: {"views_per_second": {"data": 1.0, "compute": 1.0, "e2e": e2e}}  # noqa: E731
+        (tmp_path / plan.GPU_PROFILE).write_text(json.dumps(
+            {"measured": measured, "configurations": {"eager": rates(eager), "compiled": rates(compiled)}}))
+
+    profile("2026-11-30T23:00:00+00:00", 60_000.0, 75_000.0)  # before the log: the log's pair stands
+    assert plan.costs_of(tmp_path).pair == 416
+    profile("2026-12-01T00:10:00+00:00", 60_000.0, 75_000.0)  # compiled pays: its rate
+    costs = plan.costs_of(tmp_path)
+    assert costs.pair == 164.5 + 6_000_000 / 75_000 and plan.GPU_PROFILE in costs.sources["pair"]
+    profile("2026-12-01T00:10:00+00:00", 60_000.0, 62_000.0)  # compiled within 5 %: the eager rate
+    assert plan.costs_of(tmp_path).pair == 164.5 + 6_000_000 / 60_000
+
+
 def test_the_committed_files_give_the_sessions_numbers():
     logs = [json.loads(path.read_text()) for path in (REPO / "benchmarks/results").glob("gpu_sprint_*.json")]
     newest = max((log for log in logs if any(p["part"].startswith("train-") for p in log["parts"])),

@@ -38,12 +38,7 @@ def rehearse(tmp: Path, name: str, view: Path | None = None) -> tuple[subprocess
 def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_path):
     if not SHARED_DATA.is_dir():
         pytest.skip(missing_data(SHARED_DATA))
-    state, costs = plan.state_of(REPO), plan.costs_of(REPO)
-    # the first call profiles the data path and the step before it trains (the rehearsal's clock counts it)
-    expected = [plan.plan(state, costs, elapsed=sprint_next.PROFILE_SECONDS)]
-    for item in expected[0]:
-        state = plan.done_after(state, item)
-    expected.append(plan.plan(state, costs))
+    expected = plan.plan_calls(plan.state_of(REPO), plan.costs_of(REPO))
     _, out, log = rehearse(tmp_path, "first")
     assert [item["name"] for item in log["plan"]] == [item.name for item in expected[0]]
     first = expected[0][0]
@@ -53,7 +48,7 @@ def test_two_rehearsals_follow_the_plan_and_the_second_takes_the_next_item(tmp_p
         for kind in ("train", "weights", "release") if kind == "train" or run.endswith("-s0")}
     profile = json.loads((tmp_path / "first" / "landed" / sprint_next.PROFILE[True]).read_text())
     assert set(profile["configurations"]) == {"eager", "compiled"}  # the compiled step and views ran on the CPU
-    assert log["compile"] == sprint_next.compile_pays(profile)
+    assert log["compile"] == plan.compile_pays(profile)
     assert all(p["exit"] == 0 for p in log["parts"])
     for part in (p for p in log["parts"] if p["part"].startswith("train-")):  # where each run's wall time went
         timings = part["timings"]
