@@ -48,6 +48,7 @@ from hscl_zoo.models import create_model
 from hscl_zoo.training import PretrainConfig
 from hscl_zoo.training.epochs import train_step
 from hscl_zoo.training.setup import build_optimizer
+from hscl_zoo.training.state import RunState, TrainingParts
 from provenance import command_line, git_commit, machine, utc_now  # benchmarks/, the script's own folder
 
 PHASES = ("data:gather", "data:views", "step")
@@ -76,7 +77,9 @@ class Bench:
         if compiled:
             self.forward = torch.compile(model, mode=args.compile_mode)
             self.augment.compile_kernels(mode=args.compile_mode)
-        self.channels_last = args.channels_last
+        parts = TrainingParts(None, model, None, self.augment, self.batches, self.forward, self.optimizer, self.loss_fn,
+                              {"channels_last": args.channels_last})
+        self.run = RunState(self.cfg, _NoAccelerator, parts)  # type: ignore[arg-type]
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
         self.batches.set_epoch(1)
         self.augment.set_epoch(1)
@@ -99,8 +102,7 @@ class Bench:
 
     def step(self, views: torch.Tensor, labels: torch.Tensor) -> None:
         with record_function("step"), self.autocast():
-            train_step(self.cfg, _NoAccelerator, views, labels, self.forward, self.optimizer, self.loss_fn,
-                       channels_last=self.channels_last)
+            train_step(self.run, views, labels)
 
 
 class _NoAccelerator:

@@ -18,6 +18,7 @@ from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.losses.methods import build_loss
 from hscl_zoo.training.epochs import train_epoch
 from hscl_zoo.training.setup import build_encoder, load_training_data, make_accelerator, parse_args, prepare_training
+from hscl_zoo.training.state import EpochStart, RunState
 
 
 class BareViews(Dataset):
@@ -79,11 +80,9 @@ class Recipe:
             p.loss_fn.set_epoch(self.epoch)
             p.model.train()
             self.batches = iter(p.loader)
-        record = train_epoch(cfg, self.epoch, self.accelerator, self.batches, p.augment, p.forward, p.optimizer,
-                             p.loss_fn, channels_last=p.fast["channels_last"],
-                             diagnostics_every=self.plan["diagnostics_every"], epoch_steps=self.steps_per_epoch,
-                             start_step=self.position, carried=self.carried,
-                             carried_diagnostics=self.carried_diagnostics, stop=SliceEnd(steps))
+        run = RunState(cfg, self.accelerator, p, self.plan, stop=SliceEnd(steps))
+        record = train_epoch(run, self.epoch, self.batches,
+                             EpochStart(self.position, self.carried[0], self.carried_diagnostics))
         seconds = time.perf_counter() - started
         before = self.position
         if "stopped_by" in record:

@@ -17,12 +17,14 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from hscl_zoo._options import split_options
 from hscl_zoo.audit import audit
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.data.datasets import load_splits
@@ -38,7 +40,7 @@ from hscl_zoo.zoo.hub import load
 if TYPE_CHECKING:
     from hscl_zoo.data.datasets import LoadedData
 
-__all__ = ["CONSTANT_FEATURE", "METRICS", "ProbeResult", "evaluate_encoder", "evaluate_model", "evaluate_transfer",
+__all__ = ["CONSTANT_FEATURE", "METRICS", "EvalOptions", "ProbeResult", "evaluate_encoder", "evaluate_model", "evaluate_transfer",
            "extract_features", "knn_top1", "linear_probe", "preprocessing", "topk_accuracy"]
 
 
@@ -158,22 +160,25 @@ def preprocessing(pretrained_cfg: Mapping[str, Any]) -> dict[str, Any]:
             "mean": list(pretrained_cfg["mean"]), "std": list(pretrained_cfg["std"])}
 
 
-def evaluate_model(
-    source: Any,
-    dataset: str | None = None,
-    *,
-    data_dir: str | None = None,
-    subset: int | None = None,
-    probe_epochs: int | None = None,
-    knn_k: int | None = None,
-    seed: int | None = None,
-    full_test: bool | None = None,
-    labelled_fraction: float | None = None,
-    metrics: Iterable[str] = METRICS,
-    device: str | torch.device | None = None,
-    progress: bool = True,
-    **source_options: Any,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EvalOptions:
+    """:func:`evaluate_model`'s options. Unset (None), each is the training run's own setting for
+    its own dataset (its config.json), else :data:`EVAL_DEFAULTS`'s; ``metrics`` defaults to all of
+    :data:`METRICS`, ``device`` to CUDA when present."""
+
+    data_dir: str | None = None
+    subset: int | None = None
+    probe_epochs: int | None = None
+    knn_k: int | None = None
+    seed: int | None = None
+    full_test: bool | None = None
+    labelled_fraction: float | None = None
+    metrics: Iterable[str] = METRICS
+    device: str | torch.device | None = None
+    progress: bool = True
+
+
+def evaluate_model(source: Any, dataset: str | None = None, **options: Any) -> dict[str, Any]:
     """The ``metrics`` (linear probe, kNN, retrieval, audit: :data:`METRICS`, by default all, as
     the recipe's final evaluation) of any model ``hscl_zoo.load`` accepts, with the training run's
     settings as defaults.
@@ -197,8 +202,14 @@ def evaluate_model(
     The probe trains its own head on frozen features, so any dataset works (transfer included).
     Raises ``ValueError`` (or ``OSError``) for a model that does not load, a bad dataset, and a
     model without a training dataset when ``dataset`` is not given.
+    Options: the fields of :class:`EvalOptions` (``data_dir``, ``subset``, ``probe_epochs``,
+    ``knn_k``, ``seed``, ``full_test``, ``labelled_fraction``, ``metrics``, ``device``,
+    ``progress``); any other keyword is a source option.
     """
-    metrics = check_metrics(metrics)
+    chosen, source_options = split_options(EvalOptions, options, "evaluate_model", rest_allowed=True)
+    data_dir, subset, full_test, labelled_fraction = chosen.data_dir, chosen.subset, chosen.full_test, chosen.labelled_fraction
+    metrics = check_metrics(chosen.metrics)
+    device, progress = chosen.device, chosen.progress
     target = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
     model = load(source, device=target)
     training = model.training_summary or {}
@@ -213,7 +224,7 @@ def evaluate_model(
             print(f"note: reading {dataset} from the Hub (the folder the model was trained from is not on this "
                   "machine); --data_dir reads a local copy.", file=sys.stderr)
             data_dir = None
-    given = {"probe_epochs": probe_epochs, "knn_k": knn_k, "seed": seed}
+    given = {"probe_epochs": chosen.probe_epochs, "knn_k": chosen.knn_k, "seed": chosen.seed}
     settings = {key: given[key] if given[key] is not None else recipe.get(key, default)
                 for key, default in EVAL_DEFAULTS.items()}
     subset = subset if subset is not None else same_data.get("subset")

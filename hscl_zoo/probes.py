@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-__all__ = ["CONSTANT_FEATURE", "ProbeResult", "knn_top1", "linear_probe", "topk_accuracy"]
+from hscl_zoo._options import split_options
+
+__all__ = ["CONSTANT_FEATURE", "ProbeResult", "ProbeSettings", "knn_top1", "linear_probe", "topk_accuracy"]
 
 CONSTANT_FEATURE = 1e-5
 """A probe feature whose train standard deviation is at most this fraction of its mean's
@@ -91,6 +93,21 @@ class ProbeResult:
     protocol: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The linear probe's training settings: `epochs` of seeded (`seed`) shuffled mini-batches of
+    `batch_size`, Adam with `lr` and `weight_decay` (the paper's optimiser), on `device` (default
+    the CPU), with a progress bar when `progress`."""
+
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 1e-6
+    batch_size: int = 512
+    seed: int = 0
+    device: str | torch.device | None = None
+    progress: bool = True
+
+
 def linear_probe(
     train_feats: Tensor,
     train_labels: Tensor,
@@ -98,13 +115,7 @@ def linear_probe(
     test_labels: Tensor,
     *,
     num_classes: int,
-    epochs: int = 100,
-    lr: float = 1e-3,
-    weight_decay: float = 1e-6,
-    batch_size: int = 512,
-    seed: int = 0,
-    device: str | torch.device | None = None,
-    progress: bool = True,
+    **options: Any,
 ) -> ProbeResult:
     """Train a linear classifier on precomputed frozen features and report test accuracy.
 
@@ -119,7 +130,13 @@ def linear_probe(
     its mean's magnitude, or 0) carries no information and gets weight 0: standardising its
     float round-off would blow it up to weights of 1e5 and more, whose cancellation in the folded
     head costs the logits their precision. On CPU this takes seconds for 50,000 x 2048 features and 100 epochs.
+
+    ``options`` are the fields of :class:`ProbeSettings` (``epochs``, ``lr``, ``weight_decay``,
+    ``batch_size``, ``seed``, ``device``, ``progress``), keyword-only, with its defaults.
     """
+    settings, _ = split_options(ProbeSettings, options, "linear_probe")
+    epochs, lr, weight_decay, batch_size = settings.epochs, settings.lr, settings.weight_decay, settings.batch_size
+    seed, device, progress = settings.seed, settings.device, settings.progress
     _check_pairs(train_feats, train_labels, "train")
     _check_pairs(test_feats, test_labels, "test")
     _check_dims(train_feats, test_feats)

@@ -82,11 +82,13 @@ def one_cpu_epoch(batches, augment, forward, optimizer, loss_fn, **options) -> d
 
     from hscl_zoo.training.config import PretrainConfig
     from hscl_zoo.training.epochs import train_epoch
+    from hscl_zoo.training.state import RunState, TrainingParts
 
     AcceleratorState._reset_state(reset_partial_state=True)
     try:
-        return train_epoch(PretrainConfig(epochs=1), 1, Accelerator(cpu=True), batches, augment, forward, optimizer,
-                           loss_fn, channels_last=False, epoch_steps=len(batches), **options)
+        parts = TrainingParts(None, None, None, augment, batches, forward, optimizer, loss_fn)
+        run = RunState(PretrainConfig(epochs=1), Accelerator(cpu=True), parts, {"diagnostics_every": 1, **options})
+        return train_epoch(run, 1, batches)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
 

@@ -24,8 +24,6 @@ def test_the_profile_measures_each_stage_and_names_the_phases(tmp_path):
     rates = eager["views_per_second"]
     assert set(rates) == {"data", "compute", "e2e"} and min(rates.values()) > 0
     assert eager["e2e_over_compute"] == round(rates["e2e"] / rates["compute"], 3)
-    # end to end does the data stage's work and the step's: slower than either alone (1/e2e ~ 1/data + 1/compute)
-    assert rates["e2e"] < min(rates["data"], rates["compute"]) * 1.05
     profile = eager["profile"]
     assert set(profile["ms_per_step"]) == {"data:gather", "data:views", "step"} and profile["ms_per_step"]["step"] > 0
     assert profile["top_ops"] and all(op["op"] not in profile["ms_per_step"] for op in profile["top_ops"])

@@ -23,6 +23,7 @@ from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.losses.fused import _mask_keys
 from hscl_zoo.training import PretrainConfig
 from hscl_zoo.training.epochs import NonFiniteLoss, train_epoch, train_step
+from hscl_zoo.training.state import RunState, TrainingParts
 
 from test_pretrain import ENV, RECIPE, ROOT
 
@@ -165,10 +166,10 @@ def test_an_epoch_of_device_batches_and_steps_reads_nothing_back(tmp_path, metho
     assert isinstance(parts.loader, ResidentBatches) and parts.augment.generator.device.type == "cpu"
     parts.loader.set_epoch(1)
     parts.augment.set_epoch(1)
+    run = RunState(cfg, accelerator, parts)
     with HostReads() as watch:
         for views, labels, _ in OverlappedViews(parts.loader, parts.augment, accelerator.device):
-            train_step(cfg, accelerator, views, labels, parts.forward, parts.optimizer, parts.loss_fn,
-                       channels_last=False)
+            train_step(run, views, labels)
     allowed = {"fused.py:_mask_keys"}  # CPU only: see the test above
     assert [read for read in watch.reads if read[1] not in allowed] == []
 
@@ -184,10 +185,10 @@ def test_a_non_finite_loss_stops_the_epoch_with_what_to_do(raw):
     loss_fn = build_loss("scl")
     loss_fn.check_finite = False
     batches, augment = resident(raw), augmenter()
-    optimizer = torch.optim.Adam(model.parameters())
+    parts = TrainingParts(None, model, None, augment, batches, lambda x: model(x) * torch.nan,
+                          torch.optim.Adam(model.parameters()), loss_fn)
     with pytest.raises(NonFiniteLoss, match=r"^the training loss became nan in epoch 1 \(within its first 6 steps\)"):
-        train_epoch(cfg, 1, Accelerator(cpu=True), batches, augment, lambda x: model(x) * torch.nan, optimizer,
-                    loss_fn, channels_last=False)
+        train_epoch(RunState(cfg, Accelerator(cpu=True), parts), 1, batches)
 
 
 TINY = ["--backbone", "test_resnet", "--subset", "128", "--batch_size", "32", "--epochs", "2", "--probe_epochs", "1",

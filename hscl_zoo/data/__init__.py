@@ -11,6 +11,7 @@ transforms, multi-view training datasets and seeded loaders, and the device-side
     raw_images       RawImageDataset: uint8 images for augmentation on the device
     device_augment   BatchSimCLRAugment: the SimCLR augmentation, batched on the device
     device_ops       its batched kernels
+    resident         ResidentBatches: the training split kept on the device, each batch gathered there
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING

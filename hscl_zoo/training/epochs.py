@@ -1,44 +1,32 @@
-"""The epochs of a pretraining run: `train_epoch` is one pass over the loader (the steps, the loss,
-the diagnostics, a stop on a signal), `train_epochs` the run's remaining epochs around it (resume
-from a checkpoint, the kNN monitor, metrics.jsonl, checkpoints, and the stop's checkpoint).
+"""The epochs of a pretraining run: `train_step` is one optimisation step, `train_epoch` one pass
+over an epoch's batches (the steps, the loss, the diagnostics, a stop on a signal), `train_epochs`
+the run's remaining epochs around it (resume from a checkpoint, the kNN monitor, metrics.jsonl,
+checkpoints, and the stop's checkpoint). Each takes the run's state (`hscl_zoo.training.state`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
-from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from hscl_zoo.data.datasets import LoadedData
-from hscl_zoo.data.device_augment import BatchSimCLRAugment
 from hscl_zoo.data.overlap import OverlappedViews
 from hscl_zoo.data.resident import ResidentBatches
-from hscl_zoo.losses.objective import ContrastiveLoss
-from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.training.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
-from hscl_zoo.training.config import PretrainConfig
-from hscl_zoo.training.monitoring import (
-    KnnMonitor,
-    collapse_warning,
-    diagnostics_meter,
-    reduce_diagnostics,
-    rewrite_metrics_upto,
-)
-from hscl_zoo.training.preemption import StopOnSignal
+from hscl_zoo.training.monitoring import collapse_warning, diagnostics_meter, reduce_diagnostics, rewrite_metrics_upto
+from hscl_zoo.training.state import EpochStart, RunState
 from hscl_zoo.training.steps import gradient_cache_step
 
-__all__ = ["LOSS_REFRESH_SECONDS", "LossReadout", "NonFiniteLoss", "due", "epoch_line", "train_epoch", "train_epochs",
-           "train_step"]
+__all__ = ["LOSS_REFRESH_SECONDS", "LossReadout", "NonFiniteLoss", "begin_epoch", "due", "epoch_line", "train_epoch",
+           "train_epochs", "train_step"]
 
 LOSS_REFRESH_SECONDS = 0.5
 """On CUDA, the least time between two progress-bar loss readouts; on the CPU the bar shows every
@@ -99,28 +87,9 @@ def epoch_line(record: dict[str, Any], epochs: int, *, verbose: bool = False) ->
     return "  ".join(parts)
 
 
-def train_epochs(
-    cfg: PretrainConfig,
-    args: argparse.Namespace,
-    accelerator: Accelerator,
-    run_dir: Path,
-    encoder: ContrastiveEncoder,
-    model: torch.nn.Module,
-    data: LoadedData,
-    monitor: KnnMonitor | None,
-    train_set: Dataset,
-    augment: BatchSimCLRAugment | None,
-    loader: Any,
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    loss_fn: ContrastiveLoss,
-    *,
-    fast: dict[str, bool],
-    plan: dict[str, Any],
-    stop: StopOnSignal,
-) -> int | None:
-    """The epochs still to train (after the latest checkpoint with --resume, from within an epoch
-    when a signal stopped it there), each logged to metrics.jsonl and checkpointed when due.
+def train_epochs(run: RunState) -> int | None:
+    """The epochs still to train (after the latest checkpoint with ``run.resume``, from within an
+    epoch when a signal stopped it there), each logged to metrics.jsonl and checkpointed when due.
     Returns the signal that stopped training (after a checkpoint and the resume instructions),
     or None when every epoch ran.
 
@@ -129,51 +98,37 @@ def train_epochs(
     checkpointed whether due or not. So a checkpoint within an epoch always has a step left to
     resume with; it also carries the epoch's pooled diagnostics sums, which the resumed pass
     continues from, so the epoch's record covers all its steps."""
-    start_epoch, start_step, carried, carried_diagnostics = 1, 0, (0.0, 0), None
+    cfg, accelerator, parts, run_dir = run.cfg, run.accelerator, run.parts, run.run_dir
+    start_epoch, start = 1, EpochStart()
     metrics_path = run_dir / "metrics.jsonl"
-    generator = augment.generator if augment is not None else None
-    if args.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(accelerator, checkpoint, queue=loss_fn.queue, generator=generator)
-        start_epoch, start_step = state["epoch"] + 1, state.get("step", 0)
-        carried, carried_diagnostics = (state.get("loss_sum", 0.0), start_step), state.get("diagnostics")
+    generator = parts.augment.generator if parts.augment is not None else None
+    if run.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(accelerator, checkpoint, queue=parts.loss_fn.queue, generator=generator)
+        start_epoch = state["epoch"] + 1
+        start = EpochStart(state.get("step", 0), state.get("loss_sum", 0.0), state.get("diagnostics"))
         if accelerator.is_main_process:
             rewrite_metrics_upto(metrics_path, state["epoch"])
-            within = f", step {start_step} of epoch {start_epoch}" if start_step else ""
+            within = f", step {start.step} of epoch {start_epoch}" if start.step else ""
             print(f"resuming {run_dir} after epoch {state['epoch']}{within} ({checkpoint.name})", flush=True)
     elif accelerator.is_main_process and metrics_path.exists():
         metrics_path.unlink()
 
-    epoch_steps = len(loader)
     last_record = time.perf_counter()
     for epoch in range(start_epoch, cfg.epochs + 1):
-        loader.set_epoch(epoch)
-        train_set.set_epoch(epoch)
-        skip = start_step if epoch == start_epoch else 0
-        if augment is not None and not skip:
-            augment.set_epoch(epoch, rank=accelerator.process_index)
-        loss_fn.set_epoch(epoch)
-        epoch_loader = loader
-        if skip and isinstance(loader, ResidentBatches):
-            epoch_loader = loader.skip_first_batches(skip)
-        elif skip:  # a fresh loader starts its own epoch count at 0: set it, or it would shuffle as epoch 0
-            epoch_loader = accelerator.skip_first_batches(loader, skip)
-            epoch_loader.set_epoch(epoch)
-        model.train()
-        record = train_epoch(cfg, epoch, accelerator, epoch_loader, augment, forward, optimizer, loss_fn,
-                             channels_last=fast["channels_last"], diagnostics_every=plan["diagnostics_every"],
-                             epoch_steps=epoch_steps, start_step=skip, carried=carried if skip else (0.0, 0),
-                             carried_diagnostics=carried_diagnostics if skip else None, stop=stop)
+        epoch_start = start if epoch == start_epoch else EpochStart()
+        batches = begin_epoch(run, epoch, epoch_start.step)
+        record = train_epoch(run, epoch, batches, epoch_start)
         if "stopped_by" in record:
             kept = {key: record[key] for key in ("loss_sum", "diagnostics") if key in record}
             save_checkpoint(accelerator, run_dir, epoch - 1, {"config": cfg.to_dict(), **kept}, step=record["step"],
-                            keep=cfg.keep_checkpoints, queue=loss_fn.queue, generator=generator)
+                            keep=cfg.keep_checkpoints, queue=parts.loss_fn.queue, generator=generator)
             announce_stop(accelerator, record["stopped_by"], f"in epoch {epoch} after step {record['step']}", run_dir)
             return record["stopped_by"]
         if accelerator.is_main_process:
-            if data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
+            if run.data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
                 monitor_started = time.perf_counter()
-                record["knn_top1"] = monitor(encoder)
-                record["knn_train_images"] = len(monitor.splits[0])
+                record["knn_top1"] = run.monitor(parts.encoder)
+                record["knn_train_images"] = len(run.monitor.splits[0])
                 record["monitor_seconds"] = time.perf_counter() - monitor_started
             record["wall_seconds"] = time.perf_counter() - last_record
             with metrics_path.open("a") as f:
@@ -183,15 +138,35 @@ def train_epochs(
                 print(warning, flush=True)
         if cfg.log_with:
             accelerator.log({k: v for k, v in record.items() if k != "epoch"}, step=epoch)
-        stopped_by = stop.requested(accelerator)
+        stopped_by = run.stop.requested(accelerator)
         if stopped_by is not None or due(epoch, cfg.checkpoint_every, cfg.epochs):
             save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints,
-                            queue=loss_fn.queue)
+                            queue=parts.loss_fn.queue)
         if stopped_by is not None:
             announce_stop(accelerator, stopped_by, f"after epoch {epoch}", run_dir)
             return stopped_by
         last_record = time.perf_counter()
     return None
+
+
+def begin_epoch(run: RunState, epoch: int, skip: int = 0) -> Iterable:
+    """Select `epoch` everywhere it matters (the batches' order, the training set's pairings, the
+    augmenter's stream unless resuming within the epoch, where the checkpoint restored it, the
+    loss's schedule), put the model in training mode, and return the epoch's batches from step `skip`."""
+    parts = run.parts
+    parts.loader.set_epoch(epoch)
+    parts.train_set.set_epoch(epoch)
+    if parts.augment is not None and not skip:
+        parts.augment.set_epoch(epoch, rank=run.accelerator.process_index)
+    parts.loss_fn.set_epoch(epoch)
+    parts.model.train()
+    if not skip:
+        return parts.loader
+    if isinstance(parts.loader, ResidentBatches):
+        return parts.loader.skip_first_batches(skip)
+    batches = run.accelerator.skip_first_batches(parts.loader, skip)
+    batches.set_epoch(epoch)  # a fresh loader starts its own epoch count at 0: set it, or it would shuffle as epoch 0
+    return batches
 
 
 def announce_stop(accelerator: Accelerator, signum: int, where: str, run_dir: Path) -> None:
@@ -207,73 +182,62 @@ def due(epoch: int, every: int, last: int) -> bool:
     return epoch % every == 0 or epoch == last
 
 
-def train_step(cfg: PretrainConfig, accelerator: Accelerator, views: torch.Tensor, labels: torch.Tensor,
-               forward: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
-               loss_fn: ContrastiveLoss, *, channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def train_step(run: RunState, views: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimisation step on a batch of views (B, V, 3, S, S): the loss and the embeddings
     (B, V, d). Nothing in it reads a device value on the host when the loss's per-call checks are
     off (`ContrastiveLoss.labelled_only`, `check_finite`, as `prepare_training` sets them)."""
+    cfg, parts = run.cfg, run.parts
     B, V = views.shape[:2]
-    optimizer.zero_grad(set_to_none=True)
+    channels_last = parts.fast["channels_last"]
+    parts.optimizer.zero_grad(set_to_none=True)
     if cfg.chunk_size is not None:
-        loss, z = gradient_cache_step(forward, loss_fn, views, labels, chunk_size=cfg.chunk_size,
-                                      backward=accelerator.backward, channels_last=channels_last)
+        loss, z = gradient_cache_step(parts.forward, parts.loss_fn, views, labels, chunk_size=cfg.chunk_size,
+                                      backward=run.accelerator.backward, channels_last=channels_last)
     else:
         x = views.flatten(0, 1)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        z = forward(x).view(B, V, -1)
-        loss = loss_fn(z, labels)
-        accelerator.backward(loss)
-    optimizer.step()
+        z = parts.forward(x).view(B, V, -1)
+        loss = parts.loss_fn(z, labels)
+        run.accelerator.backward(loss)
+    parts.optimizer.step()
     return loss, z
 
 
-def train_epoch(
-    cfg: PretrainConfig,
-    epoch: int,
-    accelerator: Accelerator,
-    loader: Iterable,
-    augment: BatchSimCLRAugment | None,
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    loss_fn: ContrastiveLoss,
-    *,
-    channels_last: bool,
-    diagnostics_every: int = 1,
-    epoch_steps: int | None = None,
-    start_step: int = 0,
-    carried: tuple[float, int] = (0.0, 0),
-    carried_diagnostics: list[float] | None = None,
-    stop: StopOnSignal | None = None,
-) -> dict[str, Any]:
-    """One pass over the loader; returns the epoch's record for metrics.jsonl (without the kNN monitor).
+def train_epoch(run: RunState, epoch: int, batches: Iterable, start: EpochStart | None = None) -> dict[str, Any]:
+    """One pass over `batches` (the run's batches of `epoch`); returns the epoch's record for
+    metrics.jsonl (without the kNN monitor).
 
     With a device augmenter, each batch's views are made one batch ahead, beside the step before
     it (`hscl_zoo.data.overlap.OverlappedViews`); the views are the same as made in turn.
     `epoch_seconds` and `views_per_second` time the steps from the first batch to the device
     having finished the last one; the progress bar shows each step's loss (on CUDA at most every
-    `LOSS_REFRESH_SECONDS`). The diagnostics are updated at the epoch's steps 0, `diagnostics_every`,
-    2 `diagnostics_every`, ... and the record says so (``diagnostics_every``).
+    `LOSS_REFRESH_SECONDS`, without waiting for the device). The diagnostics are updated at the
+    epoch's steps 0, d, 2d, ... (d: the plan's ``diagnostics_every``) and the record says so.
 
-    A loader resumed within the epoch starts at step `start_step`, with `carried` the summed loss
-    and count of the steps before it and `carried_diagnostics` their diagnostics sums, pooled over
-    processes (the main process's meter continues from them). When `stop` reports a signal after
-    a step other than the epoch's last (of `epoch_steps`; None: never the last), the pass ends
+    A pass resumed within the epoch starts at `start` (its step, the summed loss of the steps
+    before it and their pooled diagnostics sums, which the main process's meter continues from).
+    When the run's `stop` reports a signal after a step other than the epoch's last, the pass ends
     there and the record is instead ``{"stopped_by": signal, "step": steps done in the epoch,
-    "loss_sum": their summed loss, "diagnostics": the pooled sums}`` (no sums without diagnostics)."""
+    "loss_sum": their summed loss, "diagnostics": the pooled sums}`` (no sums without diagnostics).
+    A loss that became NaN or inf raises `NonFiniteLoss` at the epoch's end (or at the stop)."""
+    cfg, accelerator, parts = run.cfg, run.accelerator, run.parts
+    start = start or EpochStart()
+    diagnostics_every, epoch_steps, stop = run.plan["diagnostics_every"], run.epoch_steps, run.stop
+    loss_fn = parts.loss_fn
     meter = diagnostics_meter(cfg, loss_fn)
-    if carried_diagnostics is not None and accelerator.is_main_process:
-        meter.start_from(torch.tensor(carried_diagnostics, dtype=torch.float64, device=accelerator.device))
-    loss_sum = torch.full((), carried[0], device=accelerator.device)
+    if start.diagnostics is not None and accelerator.is_main_process:
+        meter.start_from(torch.tensor(start.diagnostics, dtype=torch.float64, device=accelerator.device))
+    loss_sum = torch.full((), start.loss_sum, device=accelerator.device)
     readout = LossReadout(accelerator.device)
-    steps, seen, started = carried[1], 0, time.perf_counter()
-    batches = OverlappedViews(loader, augment, accelerator.device) if augment is not None else loader
+    steps, seen, started = start.step, 0, time.perf_counter()
+    if parts.augment is not None:
+        batches = OverlappedViews(batches, parts.augment, accelerator.device)
     bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", disable=not accelerator.is_local_main_process, leave=False,
-               initial=start_step)
-    for step, (views, labels, _) in enumerate(bar, start_step):
+               initial=start.step)
+    for step, (views, labels, _) in enumerate(bar, start.step):
         B, V = views.shape[:2]
-        loss, z = train_step(cfg, accelerator, views, labels, forward, optimizer, loss_fn, channels_last=channels_last)
+        loss, z = train_step(run, views, labels)
         loss_sum += loss.detach()
         steps += 1
         seen += B * V * accelerator.num_processes

@@ -19,7 +19,8 @@ frozen features, then a Hub-ready folder `<output_dir>/hub` (weights, config.jso
 
 The run's parts follow its course: `hscl_zoo.training.setup` (arguments, run folder, data,
 encoder, optimizer, views), `hscl_zoo.training.epochs` (the epochs, resume and stop) and
-`hscl_zoo.training.finish` (probe and export). This module ties them together.
+`hscl_zoo.training.finish` (probe and export). This module ties them together, in one
+`hscl_zoo.training.state.RunState` that the epochs take.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from hscl_zoo.training.setup import (
     resolve_run,
     training_views,
 )
+from hscl_zoo.training.state import RunState
 from hscl_zoo.training.steps import check_chunk_size
 
 __all__ = ["main", "pretrain", "parse_args", "resolve_run", "build_optimizer", "training_views", "train_epoch",
@@ -144,9 +146,8 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     image_size = cfg.image_size or data.spec.image_size
     check_image_size(image_size, cfg)
     parts = prepare_training(cfg, data, image_size, accelerator, plan)
-    encoder, model, train_set, augment, loader = parts.encoder, parts.model, parts.train_set, parts.augment, parts.loader
-    forward, optimizer, loss_fn, fast = parts.forward, parts.optimizer, parts.loss_fn, parts.fast
     monitor = KnnMonitor(data, cfg, accelerator.device) if accelerator.is_main_process and data.class_names else None
+    run = RunState(cfg, accelerator, parts, plan, run_dir=run_dir, data=data, monitor=monitor, resume=args.resume)
 
     lock = claim_run_folder(run_dir, args, cfg) if accelerator.is_main_process else None
     try:
@@ -154,17 +155,16 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
         if cfg.log_with:
             accelerator.init_trackers("hscl_zoo", config=cfg.to_dict())
         clock["setup"] = time.perf_counter()
-        with StopOnSignal(on_force_exit=lock.release if lock else None) as stop:
-            stopped = train_epochs(cfg, args, accelerator, run_dir, encoder, model, data, monitor, train_set, augment,
-                                   loader, forward, optimizer, loss_fn, fast=fast, plan=plan, stop=stop)
+        with StopOnSignal(on_force_exit=lock.release if lock else None) as run.stop:
+            stopped = train_epochs(run)
         if stopped is not None:
             accelerator.end_training()
             raise SystemExit(exit_status(stopped))
         clock["epochs"] = time.perf_counter()
         result: dict[str, Any] = {}
         if accelerator.is_main_process:
-            result = export_run(cfg, encoder, data, run_dir, accelerator.device, num_processes=world,
-                                config_path=args.config, images=image_caches(data, train_set, monitor))
+            result = export_run(cfg, parts.encoder, data, run_dir, accelerator.device, num_processes=world,
+                                config_path=args.config, images=image_caches(data, parts.train_set, monitor))
             clock["finish"] = time.perf_counter()
             write_phase_seconds(run_dir, clock)
         accelerator.wait_for_everyone()

@@ -35,12 +35,12 @@ from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
 from hscl_zoo.losses.methods import build_loss
-from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.models import ContrastiveEncoder, create_model
 from hscl_zoo.training.config import MIN_IMAGE_SIZE, PretrainConfig, parse_overrides
 from hscl_zoo.training.gradient_cache import prepare_batchnorm
 from hscl_zoo.training.resources import check_memory_fit, estimate_training_memory
 from hscl_zoo.training.run_folder import LOCK_FILE, RunLock, foreign_entries, remove_run_files
+from hscl_zoo.training.state import TrainingParts
 
 __all__ = ["RESUMABLE_CHANGES", "UNLABELLED_HEAD", "TrainingParts", "build_encoder", "build_optimizer",
            "check_fresh_folder", "check_image_size", "claim_run_folder", "compiled_forward", "load_training_data",
@@ -276,23 +276,6 @@ def make_accelerator(cfg: PretrainConfig) -> Accelerator:
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed, non_blocking=True),
         kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.dist_timeout))],
     )
-
-
-@dataclasses.dataclass
-class TrainingParts:
-    """What the epochs train with, built by `prepare_training`: the encoder (whose weights the
-    run exports), the prepared model, loader and optimizer, the training set and device
-    augmenter, the (possibly compiled) forward, the loss and the resolved fast-path switches."""
-
-    encoder: ContrastiveEncoder
-    model: torch.nn.Module
-    train_set: Dataset
-    augment: BatchSimCLRAugment | None
-    loader: Any
-    forward: Callable[[torch.Tensor], torch.Tensor]
-    optimizer: torch.optim.Optimizer
-    loss_fn: ContrastiveLoss
-    fast: dict[str, bool]
 
 
 def prepare_training(cfg: PretrainConfig, data: LoadedData, image_size: int, accelerator: Accelerator,
