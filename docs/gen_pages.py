@@ -1,6 +1,7 @@
 """Pages of the docs site generated at build time (mkdocs-gen-files), so they cannot drift from
-the code: the landing page's zoo table and one page per zoo entry from its model card, every pretraining key from the PretrainConfig dataclass,
-every command's --help from the argparse parsers, and one API reference page per module. Files
+the code: the landing page's zoo table and one page per zoo entry from its model card, every
+command's --help from the argparse parsers, and one API reference page per module (the pretraining
+keys' page is committed: `python -m hscl_zoo.config_help docs/config.md`). Files
 outside docs/ that a page links to (results, figures, benchmark files) are copied under `repo/`
 and the links pointed there."""
 
@@ -80,42 +81,6 @@ def rewrite_pages() -> None:
                 out.write(rewritten)
 
 
-def config_fields() -> list[tuple[str, str, str, str, str]]:
-    """(section, key, type, default, meaning) of every PretrainConfig field, as `hscl-zoo train
-    --help` reads them from the source (hscl_zoo.config_help)."""
-    from hscl_zoo.config_help import config_keys
-
-    rows = []
-    for key in config_keys():
-        if not key.meaning:
-            raise SystemExit(f"docs: PretrainConfig.{key.name} has no comment saying what it is "
-                             "(hscl_zoo/training/config.py); add one at the end of its line.")
-        rows.append((key.section, key.name, key.type, key.default, key.meaning))
-    return rows
-
-
-def config_page() -> None:
-    out = io.StringIO()
-    out.write("# Pretraining keys\n\n"
-              "Every key of `hscl_zoo.training.PretrainConfig`, generated from the dataclass in "
-              "`hscl_zoo/training/config.py` at build time. A run takes the defaults, then the YAML file "
-              "(`--config`), then `--key value` overrides; an unknown key is an error listing the valid ones. "
-              "The resolved config is written to the run's `config.json`.\n")
-    section = None
-    for group, key, kind, default, meaning in config_fields():
-        if group != section:
-            section = group
-            title, _, note = group.partition(" (")
-            out.write(f"\n## {title[0].upper() + title[1:]}\n\n")
-            if note:
-                out.write(f"{note[0].upper() + note[1:-1]}.\n\n")
-            out.write("| key | type | default | what it sets |\n|---|---|---|---|\n")
-        meaning = meaning.replace("|", "\\|")
-        out.write(f"| `{key}` | `{kind}` | `{default}` | {meaning} |\n")
-    with mkdocs_gen_files.open("config.md", "w") as f:
-        f.write(out.getvalue())
-
-
 def cli_page() -> None:
     os.environ["COLUMNS"] = "88"
     from hscl_zoo.cli import build_parser
@@ -177,6 +142,5 @@ def reference_pages() -> None:
 
 zoo_pages()
 rewrite_pages()
-config_page()
 cli_page()
 reference_pages()

@@ -16,7 +16,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ConfigKey", "config_keys", "key_table", "build_train_parser", "TRAIN_DESCRIPTION"]
+__all__ = ["ConfigKey", "config_keys", "config_page", "key_table", "build_train_parser", "TRAIN_DESCRIPTION"]
 
 CONFIG_SOURCE = Path(__file__).parent / "training" / "config.py"
 CONFIG_CLASS = "PretrainConfig"
@@ -109,3 +109,40 @@ def build_train_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete what output_dir holds and start again")
     return parser
+
+
+def config_page() -> str:
+    """docs/config.md, the Pretraining keys page: every key of `PretrainConfig` by section, with its
+    type, default and meaning, read from the source as `hscl-zoo train --help` reads them. The page is
+    committed so that links to it work in the repository too; `python -m hscl_zoo.config_help
+    docs/config.md` writes it again after a key changes (a test compares the two)."""
+    lines = ["# Pretraining keys", "",
+             "Every key of `hscl_zoo.training.PretrainConfig`, generated from the dataclass in "
+             "`hscl_zoo/training/config.py`. A run takes the defaults, then the YAML file (`--config`), then "
+             "`--key value` overrides; an unknown key is an error listing the valid ones. The resolved config is "
+             "written to the run's `config.json`."]
+    section = None
+    for key in config_keys():
+        if not key.meaning:
+            raise ValueError(f"PretrainConfig.{key.name} has no comment saying what it is (hscl_zoo/training/config.py); "
+                             "add one at the end of its line.")
+        if key.section != section:
+            section = key.section
+            title, _, note = section.partition(" (")
+            lines += ["", f"## {title[0].upper() + title[1:]}", ""]
+            if note:
+                lines += [f"{note[0].upper() + note[1:-1]}.", ""]
+            lines += ["| key | type | default | what it sets |", "|---|---|---|---|"]
+        meaning = key.meaning.replace("|", "\\|")
+        lines.append(f"| `{key.name}` | `{key.type}` | `{key.default}` | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m hscl_zoo.config_help docs/config.md")
+    Path(sys.argv[1]).write_text(config_page())
+    print(f"wrote {sys.argv[1]}")

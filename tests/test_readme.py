@@ -37,7 +37,14 @@ def test_paths_the_readme_and_docs_name_exist():
 
 
 # written at build time by docs/gen_pages.py
-GENERATED_PAGES = ("config.md", "reference/")
+GENERATED_PAGES = ("reference/",)
+
+
+def test_the_pretraining_keys_page_is_the_one_the_config_gives():
+    from hscl_zoo.config_help import config_page
+
+    assert (ROOT / "docs" / "config.md").read_text() == config_page(), (
+        "docs/config.md is out of date: python -m hscl_zoo.config_help docs/config.md")
 
 
 def test_pages_the_readme_and_docs_link_exist():
