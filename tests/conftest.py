@@ -17,7 +17,7 @@ from helpers import missing_data
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 CI_TIME = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ci_time.json"
-CURRENT_SUITE = "ci/after"  # the key benchmarks/ci_time.py writes for `--label after`
+CURRENT_SUITE = "ci/after"  # the key tools/ci_time.py writes for `--label after`
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # N workers on C cores: each worker, and every process a test starts (they inherit the

@@ -71,7 +71,7 @@ def test_one_committed_release_per_zoo_name_and_no_smoke_test() -> None:
 def test_the_cap_has_room_for_every_release_the_gpu_sprint_plans() -> None:
     from helpers import load_script
 
-    plan = load_script("benchmarks", "sprint_plan")
+    plan = load_script("tools", "sprint_plan")
     planned = {plan.zoo_name(f"{budget}/{method}-s0") for budget, seeds, methods in plan.WORK if 0 in seeds
                for method in methods}
     to_come = planned - {registry.info(name).base_name for name in COMMITTED}
@@ -85,10 +85,10 @@ def test_the_contributing_page_states_the_policy_and_its_numbers() -> None:
 
     page = (REPO / "docs" / "contributing.md").read_text()
     section = " ".join(page.split("## Where release weights live\n", 1)[1].split("\n## ", 1)[0].split())
-    carried = load_script("benchmarks", "sprint_pack").MAX_TOTAL_BYTES
+    carried = load_script("tools", "sprint_pack").MAX_TOTAL_BYTES
     assert f"under {MAX_TOTAL // 2**20} MiB, each file under {MAX_FILE // 2**20} MiB" in section
     assert f"over the {carried // 2**20} MiB one lent-GPU call carries" in section
-    assert "One committed release per zoo name" in section and load_script("benchmarks", "sprint_pack").HIDDEN in section
+    assert "One committed release per zoo name" in section and load_script("tools", "sprint_pack").HIDDEN in section
 
 
 def test_the_wheel_carries_no_release() -> None:

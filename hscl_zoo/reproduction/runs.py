@@ -111,7 +111,7 @@ def code_commit(root: Path | None = None, paths: Sequence[str] = ("hscl_zoo", "r
 
     The environment variable HSCL_ZOO_SOURCE_COMMIT, when set, is the answer instead: a copy of a
     checkout whose .git is missing or stale (the tree the GPU sprint sends to a device machine,
-    `benchmarks/gpu_sprint.sh`, which sets it to the commit it packed) names its code that way."""
+    `tools/gpu_sprint.sh`, which sets it to the commit it packed) names its code that way."""
     if source := os.environ.get("HSCL_ZOO_SOURCE_COMMIT"):
         return source
     root = Path(__file__).resolve().parents[2] if root is None else root

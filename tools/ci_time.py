@@ -1,7 +1,7 @@
 """How long CI and the README's `pytest` take, measured the way CI runs them.
 
-    python benchmarks/ci_time.py ci --commit HEAD --label after       # a full `CI=true bash .ci/run`
-    python benchmarks/ci_time.py pytest --commit HEAD --label after   # a fresh install, then `pytest`
+    python tools/ci_time.py ci --commit HEAD --label after       # a full `CI=true bash .ci/run`
+    python tools/ci_time.py pytest --commit HEAD --label after   # a fresh install, then `pytest`
 
 Each measurement clones the commit into a fresh folder under --workdir with `../shared` beside it (a
 link to this checkout's `../shared`), runs it with every output line timestamped, and merges one entry
@@ -19,11 +19,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from provenance import ROOT, cpu_model, utc_now
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # provenance: what every measurement records
+from provenance import ROOT, cpu_model, utc_now  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ci_time.json"
 PHASE = re.compile(r"^ci-phase: (?P<name>\S+) (?P<seconds>[0-9.]+)$")

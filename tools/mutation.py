@@ -12,12 +12,12 @@ and the tests restricted to the target's test files), from scratch every time, o
 report, benchmarks/results/mutation.json and the generated mutation.md beside it, keeps per file
 the mutant counts, the score killed / (mutants - equivalent), the commit measured (with "+dirty"
 for uncommitted code), the date, the wall time, every surviving mutant (file:line and diff) and
-every mutant benchmarks/mutation_equivalents.yaml declares equivalent, with its reason.
+every mutant tools/mutation_equivalents.yaml declares equivalent, with its reason.
 
-    python benchmarks/mutation.py --module hscl_zoo/reproduction/statistics.py   # one target
-    python benchmarks/mutation.py --all                                        # every target (hours)
-    python benchmarks/mutation.py --count --all       # mutants per file, without running any test
-    python benchmarks/mutation.py --report-only       # re-render mutation.md after editing the equivalents
+    python tools/mutation.py --module hscl_zoo/reproduction/statistics.py   # one target
+    python tools/mutation.py --all                                        # every target (hours)
+    python tools/mutation.py --count --all       # mutants per file, without running any test
+    python tools/mutation.py --report-only       # re-render mutation.md after editing the equivalents
 
 Needs the `mutation` extra (`pip install -e .[mutation]`). A measurement, not a CI step.
 """
@@ -42,8 +42,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # provenance (benchmarks/): what every measurement records
 RESULTS = ROOT / "benchmarks" / "results" / "mutation.json"
-EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.yaml"
+EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.yaml"
 WORK = ROOT / "build" / "mutation"
 
 # Each target (a module; every file of hscl_zoo/losses/ is one) and the test files that exercise it.
@@ -231,9 +232,9 @@ def verdict(measured: dict[str, Any], equivalents: list[dict[str, Any]]) -> dict
 def render(report: dict[str, Any]) -> str:
     """mutation.md: the score table, then each file's surviving and equivalent mutants."""
     out = ["# Mutation testing", "",
-           f"Written by `python benchmarks/mutation.py` ({report['tool']}); do not edit. Score = killed / "
+           f"Written by `python tools/mutation.py` ({report['tool']}); do not edit. Score = killed / "
            "(mutants - equivalent); equivalent mutants are declared, with a reason, in "
-           "`benchmarks/mutation_equivalents.yaml`, as are the survivors that change behaviour only on a CUDA "
+           "`tools/mutation_equivalents.yaml`, as are the survivors that change behaviour only on a CUDA "
            "device (GPU-only: they stay survivors, and count against the score). Goal: a score of at least "
            f"{GOAL:.0%} on every file. `code now` compares each file with its code at the commit measured, "
            f"in the checkout that wrote this report ({report.get('checkout') or 'unknown'}): `same` means the score "
