@@ -19,6 +19,7 @@ import torch
 from huggingface_hub import constants
 
 import hscl_zoo
+from hscl_zoo._roots import ROOT_ENV
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.releases import RELEASES_ENV, pin_folder
 from helpers import REPO
@@ -238,11 +239,14 @@ for name in sys.argv[1:]:
 
 
 def _load_each(checkout: Path, cache: Path) -> dict[str, dict]:
-    """Every committed release loaded by name in one fresh interpreter that sees the checkout alone."""
+    """Every committed release loaded by name in one fresh interpreter that sees the checkout alone,
+    started in it with nothing naming it (no HSCL_ZOO_ROOT, no HSCL_ZOO_RELEASES): as a user of a
+    fresh clone runs it."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
     env.pop(RELEASES_ENV, None)
+    env.pop(ROOT_ENV, None)
     done = subprocess.run([sys.executable, "-c", _LOAD_EACH, *COMMITTED], capture_output=True, text=True, env=env,
-                          cwd=cache, timeout=600)
+                          cwd=checkout, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return {line["name"]: line for line in map(json.loads, done.stdout.splitlines())}
 
@@ -281,7 +285,7 @@ def test_in_a_fresh_checkout_it_loads_and_one_edited_byte_is_refused(name, fresh
 def test_readme_and_the_models_page_quote_every_published_release_with_its_numbers() -> None:
     import re
 
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
     from hscl_zoo.zoo.table import BLOCK, NAMES_BLOCK, names_grid, releases_table
 
     table = releases_table()

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "hscl_zoo"
 DOC = ROOT / "docs" / "architecture.md"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("hscl_zoo._lazy", "hscl_zoo._table", "hscl_zoo._version", "hscl_zoo.config_help", "hscl_zoo.configs", "hscl_zoo.hub_link",
+    ("base", ("hscl_zoo._files", "hscl_zoo._lazy", "hscl_zoo._provenance", "hscl_zoo._roots", "hscl_zoo._table", "hscl_zoo._version", "hscl_zoo.config_help", "hscl_zoo.configs", "hscl_zoo.hub_link",
               "hscl_zoo.protocol")),
     ("data", ("hscl_zoo.data", "hscl_zoo.data.*")),
     ("losses", ("hscl_zoo.losses", "hscl_zoo.losses.*")),

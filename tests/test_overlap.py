@@ -105,7 +105,7 @@ def test_an_epoch_through_the_overlap_trains_as_one_fed_the_serial_views():
 
 def test_the_benchmarks_page_quotes_the_gpu_measurements_as_the_files_hold_them():
     from helpers import REPO, load_script
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
 
     report = load_script("tools", "overlap_report")
     page = (REPO / "docs" / "benchmarks.md").read_text()

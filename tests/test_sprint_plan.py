@@ -196,7 +196,7 @@ def test_the_command_prints_the_next_item_as_one_json_line(capsys):
 
 
 def test_the_gpu_page_quotes_the_plan_the_committed_files_give():
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
 
     page = (REPO / "docs" / "benchmarks.md").read_text()
     state, costs = plan.state_of(REPO), plan.costs_of(REPO)

@@ -19,13 +19,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # provenance: what every measurement records
-from provenance import ROOT, cpu_model, utc_now  # noqa: E402
+from hscl_zoo._provenance import cpu_model, utc_now
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results" / "ci_time.json"
 PHASE = re.compile(r"^ci-phase: (?P<name>\S+) (?P<seconds>[0-9.]+)$")

@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from hscl_zoo.reproduction.report import replace_block
+from hscl_zoo._files import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = "benchmarks/results/h100_overlap.json"

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
-from hscl_zoo.reproduction.report import replace_block
+from hscl_zoo._files import replace_block
 from sprint_pack import HIDDEN  # tools/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]

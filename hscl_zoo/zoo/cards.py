@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 import hscl_zoo.zoo.registry as registry
+from hscl_zoo._roots import results_dir
 from hscl_zoo.configs import is_config_name
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.losses.methods import METHODS
@@ -344,9 +345,6 @@ def _evaluation(evaluation: Mapping[str, Any]) -> str:
     return "".join("\n\n" + section for section in sections)
 
 
-REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
-
-
 def _budget_evidence(facts: _CardFacts, results: Path | None) -> str:
     """The card's section quoting the method's runs at the evidence budgets of its dataset (empty
     when `results`, the repository's results/ folder, is absent or holds none, as in a wheel)."""
@@ -432,7 +430,7 @@ def _rendered() -> dict[str, str]:
     from hscl_zoo.zoo.graph_cards import render_graph_card
 
     return {f"{entry.name}.md": render_graph_card(entry) if entry.modality == "graph"
-            else render_card(entry, evidence_results=REPO_RESULTS) for entry in registry.entries()}
+            else render_card(entry, evidence_results=results_dir()) for entry in registry.entries()}
 
 
 def write_cards(out: str | Path) -> list[Path]:
