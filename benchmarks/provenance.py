@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hscl_zoo._provenance import code_commit, cpu_model, utc_now
+from hscl_zoo._provenance import code_commit, cpu_model, utc_now  # noqa: F401 (utc_now: the benchmarks import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 
