@@ -1,29 +1,22 @@
-"""What a measurement ran on and from which code: written into every JSON a benchmark saves."""
+"""What a measurement ran on and from which code: written into every JSON a benchmark saves.
+
+The commit, the CPU's name and the time come from `hscl_zoo._provenance`, which the package's run
+records and the tools in tools/ use too; what is particular to a benchmark (its command line, the
+machine's description) is here."""
 
 from __future__ import annotations
 
 import os
 import platform
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hscl_zoo.reproduction.runs import code_commit
+from hscl_zoo._provenance import code_commit, cpu_model, utc_now  # noqa: F401 (utc_now: the benchmarks import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def machine(device: str = "cpu") -> dict[str, Any]:
@@ -49,6 +42,3 @@ def command_line(script: str, argv: list[str] | None) -> str:
     and its arguments (`argv`, or this process's when None). `script` is the benchmark's __file__."""
     return " ".join([f"python benchmarks/{Path(script).name}", *(sys.argv[1:] if argv is None else argv)])
 
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

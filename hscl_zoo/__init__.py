@@ -10,7 +10,6 @@ the registry (``hscl_zoo.list_models``, ``hscl_zoo.info``) is read without loadi
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from hscl_zoo import hub_link as _hub_link
 from hscl_zoo._lazy import lazy_exports as _lazy_exports
 from hscl_zoo._version import __version__
 
@@ -40,7 +39,6 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
-_hub_link.connect(__getattr__)  # the encoder's Hub methods reach load / save_pretrained / push_to_hub through it
 
 if _TYPE_CHECKING:
     from hscl_zoo.losses.compat import MetricLearningLoss, NTXentLoss, SupConLoss

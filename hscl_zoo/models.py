@@ -5,8 +5,9 @@ checkpoints (``architecture``, ``num_classes``, ``label_names``, ``pretrained_cf
 ``model_args``), so ``ContrastiveEncoder.from_config(model.model_config())`` rebuilds the same
 architecture. This module knows nothing of files, the Hub or datasets (see ``hscl_zoo.zoo.hub``):
 it needs timm, the CIFAR stem (``hscl_zoo.timm_models``, which also registers it in timm), the
-evaluation transform (``hscl_zoo.data.transforms``) and the config schema (``hscl_zoo.zoo.schema``)
-only, and its Hub methods reach the zoo through ``hscl_zoo.hub_link``.
+evaluation transform (``hscl_zoo.data.transforms``) and the config schema (``hscl_zoo.zoo.schema``);
+its Hub methods are spellings of ``hscl_zoo.zoo.hub.load`` and ``hscl_zoo.zoo.saving``'s functions,
+which sit below the encoder: they build and save any encoder through its config alone.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from timm.models.resnet import ResNet
 from torch import nn
 
 from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS, eval_transform
-from hscl_zoo.hub_link import CONFIG_LIBRARY_NAME, zoo_function
 from hscl_zoo.timm_models import small_stem_
-from hscl_zoo.zoo.schema import TIMM_KWARGS, check_config
+from hscl_zoo.zoo.schema import CONFIG_LIBRARY_NAME, TIMM_KWARGS, check_config
 
 __all__ = ["ContrastiveEncoder", "create_model", "SMALL_IMAGE_MAX_SIZE", "CONFIG_LIBRARY_NAME"]
 
@@ -278,7 +278,9 @@ class ContrastiveEncoder(nn.Module):
     def from_pretrained(cls, source: Any, **kwargs: Any) -> ContrastiveEncoder:
         """The Hugging Face spelling of ``hscl_zoo.load(source, **kwargs)``: a zoo name,
         ``hf-hub:owner/name[@revision]``, ``local-dir:/path`` or a folder."""
-        return zoo_function("load")(source, **kwargs)
+        from hscl_zoo.zoo.hub import load
+
+        return load(source, **kwargs)
 
     def save_pretrained(self, save_directory: str | Path, *, training: Mapping[str, Any] | None = None,
                         **options: Any) -> Path:
@@ -286,14 +288,18 @@ class ContrastiveEncoder(nn.Module):
         ``training`` defaults to the summary the model was loaded with, so a loaded model saves back
         whole. Returns the folder."""
         training = self.training_summary if training is None else training
-        return zoo_function("save_pretrained")(self, save_directory, training=training, **options)
+        from hscl_zoo.zoo.saving import save_pretrained
+
+        return save_pretrained(self, save_directory, training=training, **options)
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
         """``hscl_zoo.push_to_hub(self, repo_id, **kwargs)`` (card, extra files, private, token,
         revision, commit_message); ``training`` defaults as in ``save_pretrained``. Returns the
         ``hscl_zoo.zoo.saving.PushResult`` (commit and sha256 to pin)."""
         kwargs.setdefault("training", self.training_summary)
-        return zoo_function("push_to_hub")(self, repo_id, **kwargs)
+        from hscl_zoo.zoo.saving import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)
 
 
 class _ProjectionNetwork(nn.Module):

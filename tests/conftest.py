@@ -17,7 +17,11 @@ from helpers import missing_data
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 CI_TIME = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ci_time.json"
-CURRENT_SUITE = "ci/after"  # the key benchmarks/ci_time.py writes for `--label after`
+CURRENT_SUITE = "ci/after"  # the key tools/ci_time.py writes for `--label after`
+
+# The tests run against this checkout whatever folder a test or the process it starts works in: the
+# package reads releases/ and results/ from the checkout HSCL_ZOO_ROOT names (hscl_zoo/_roots.py).
+os.environ.setdefault("HSCL_ZOO_ROOT", str(Path(__file__).resolve().parents[1]))
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # N workers on C cores: each worker, and every process a test starts (they inherit the

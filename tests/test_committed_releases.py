@@ -19,6 +19,7 @@ import torch
 from huggingface_hub import constants
 
 import hscl_zoo
+from hscl_zoo._roots import ROOT_ENV
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.releases import RELEASES_ENV, pin_folder
 from helpers import REPO
@@ -71,7 +72,7 @@ def test_one_committed_release_per_zoo_name_and_no_smoke_test() -> None:
 def test_the_cap_has_room_for_every_release_the_gpu_sprint_plans() -> None:
     from helpers import load_script
 
-    plan = load_script("benchmarks", "sprint_plan")
+    plan = load_script("tools", "sprint_plan")
     planned = {plan.zoo_name(f"{budget}/{method}-s0") for budget, seeds, methods in plan.WORK if 0 in seeds
                for method in methods}
     to_come = planned - {registry.info(name).base_name for name in COMMITTED}
@@ -85,10 +86,10 @@ def test_the_contributing_page_states_the_policy_and_its_numbers() -> None:
 
     page = (REPO / "docs" / "contributing.md").read_text()
     section = " ".join(page.split("## Where release weights live\n", 1)[1].split("\n## ", 1)[0].split())
-    carried = load_script("benchmarks", "sprint_pack").MAX_TOTAL_BYTES
+    carried = load_script("tools", "sprint_pack").MAX_TOTAL_BYTES
     assert f"under {MAX_TOTAL // 2**20} MiB, each file under {MAX_FILE // 2**20} MiB" in section
     assert f"over the {carried // 2**20} MiB one lent-GPU call carries" in section
-    assert "One committed release per zoo name" in section and load_script("benchmarks", "sprint_pack").HIDDEN in section
+    assert "One committed release per zoo name" in section and load_script("tools", "sprint_pack").HIDDEN in section
 
 
 def test_the_wheel_carries_no_release() -> None:
@@ -241,11 +242,14 @@ for name in sys.argv[1:]:
 
 
 def _load_each(checkout: Path, cache: Path) -> dict[str, dict]:
-    """Every committed release loaded by name in one fresh interpreter that sees the checkout alone."""
+    """Every committed release loaded by name in one fresh interpreter that sees the checkout alone,
+    started in it with nothing naming it (no HSCL_ZOO_ROOT, no HSCL_ZOO_RELEASES): as a user of a
+    fresh clone runs it."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
     env.pop(RELEASES_ENV, None)
+    env.pop(ROOT_ENV, None)
     done = subprocess.run([sys.executable, "-c", _LOAD_EACH, *COMMITTED], capture_output=True, text=True, env=env,
-                          cwd=cache, timeout=600)
+                          cwd=checkout, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return {line["name"]: line for line in map(json.loads, done.stdout.splitlines())}
 
@@ -284,7 +288,7 @@ def test_in_a_fresh_checkout_it_loads_and_one_edited_byte_is_refused(name, fresh
 def test_readme_and_the_models_page_quote_every_published_release_with_its_numbers() -> None:
     import re
 
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
     from hscl_zoo.zoo.table import BLOCK, NAMES_BLOCK, names_grid, releases_table
 
     table = releases_table()

@@ -8,7 +8,7 @@ import sys
 
 from helpers import REPO, load_script
 
-plan = load_script("benchmarks", "sprint_plan")
+plan = load_script("tools", "sprint_plan")
 
 
 def test_the_profile_measures_each_stage_and_names_the_phases(tmp_path):

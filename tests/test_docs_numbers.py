@@ -44,7 +44,7 @@ SPEC: dict[str, tuple[str, str]] = {
     "0.9": ("hscl_zoo/training/monitoring.py", "COLLAPSED_COSINE = 0.9"),
     "0.95x": ("tests/test_recipe_vs_loop.py", "the issue's goal, >= 0.95x"),
     "95%": ("hscl_zoo/reproduction/statistics.py", "two-sided 95 % Student-t interval"),
-    "90%": ("benchmarks/mutation.py", "at least 90 % of the non-equivalent mutants"),
+    "90%": ("tools/mutation.py", "at least 90 % of the non-equivalent mutants"),
     "85%": ("hscl_zoo/training/resources.py", "more than 85% of them"),
     "0.2": ("hscl_zoo/training/config.py", "test_fraction: float = 0.2"),
     "0.08": ("hscl_zoo/data/transforms.py", "scale: tuple[float, float] = (0.08, 1.0)"),
@@ -58,7 +58,7 @@ SPEC: dict[str, tuple[str, str]] = {
     "256MiB": ("hscl_zoo/retrieval.py", "one chunk of queries (256 MiB by default)"),
     "16MiB": ("hscl_zoo/zoo/schema.py", "the file itself <= 16 MiB"),
     "240MiB": ("tests/test_committed_releases.py", "The cap on releases/, 240 MiB"),
-    "64MiB": ("benchmarks/gpu_sprint.sh", "over the 64 MiB a call carries"),
+    "64MiB": ("tools/gpu_sprint.sh", "over the 64 MiB a call carries"),
     "80GB": ("benchmarks/results/h100_env.json", "NVIDIA H100 80GB HBM3"),
     "300MB": ("tests/test_hostile_model_folders.py", "the peak may not rise by 300 MB"),
 }
@@ -451,7 +451,7 @@ def test_a_gpu_file_edited_after_landing_or_left_out_of_its_log_is_caught(tmp_pa
     check = tmp_path / "benchmarks/results/gpu_step_parity.json"
     check.write_text(json.dumps({"git_commit": "a" * 40}))
     files = {p.relative_to(tmp_path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in (landed, check)}
-    log = {"source": {"commit": "a" * 40, "diff_sha256": "0" * 64}, "command": "bash benchmarks/gpu_sprint.sh next",
+    log = {"source": {"commit": "a" * 40, "diff_sha256": "0" * 64}, "command": "bash tools/gpu_sprint.sh next",
            "parts": [{"part": "train-ucl-s0", "files": files}]}
     (tmp_path / "benchmarks/results/gpu_sprint_x.json").write_text(json.dumps(log))
     assert unnamed_gpu_files(tmp_path) == []

@@ -1,4 +1,4 @@
-"""The GPU sprint (benchmarks/gpu_sprint.sh): its CPU rehearsal runs every step's commands, flags
+"""The GPU sprint (tools/gpu_sprint.sh): its CPU rehearsal runs every step's commands, flags
 and paths end to end, so that a lent GPU's minutes go to running them, not to debugging them."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from helpers import load_script, missing_data
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_sprint.sh"
+SCRIPT = ROOT / "tools" / "gpu_sprint.sh"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 CIFAR10 = SHARED_DATA / "cifar10"
 
@@ -101,11 +101,11 @@ def test_pack_hides_releases_from_the_call_and_restore_puts_them_back_byte_for_b
     if not (SHARED_DATA / "cifar100").is_dir():
         pytest.skip(missing_data(SHARED_DATA / "cifar100"))
     checkout = _copy_of_the_checkout(tmp_path / "checkout")
-    plan = load_script("benchmarks", "sprint_plan")
+    plan = load_script("tools", "sprint_plan")
     run = {"PYTHON": sys.executable, "SHARED_DATA": str(SHARED_DATA), "STATE": str(tmp_path / "state")}
 
     def sprint_in(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(checkout / "benchmarks" / "gpu_sprint.sh"), *args], cwd=checkout,
+        return subprocess.run(["bash", str(checkout / "tools" / "gpu_sprint.sh"), *args], cwd=checkout,
                               capture_output=True, text=True, timeout=600, env={**os.environ, **run})
 
     def status() -> str:
@@ -124,7 +124,7 @@ def test_pack_hides_releases_from_the_call_and_restore_puts_them_back_byte_for_b
 
     packed = sprint_in("--rehearse", "pack")
     assert packed.returncode == 0, packed.stdout[-3000:] + packed.stderr[-3000:]
-    assert "bash benchmarks/gpu_sprint.sh restore" in packed.stdout
+    assert "bash tools/gpu_sprint.sh restore" in packed.stdout
     size, carried = _carried_bytes(checkout)
     assert size < 64 * 2**20 and not [p for p in carried if p.startswith(("releases/", ".releases-hidden/"))]
     assert any(p.startswith(".gpu/data/") for p in carried)

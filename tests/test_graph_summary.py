@@ -105,7 +105,7 @@ def test_the_readme_and_the_graphs_page_quote_the_committed_records():
     from pathlib import Path
 
     from hscl_zoo.reproduction.graph_summary import load_records, quote_block
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
 
     root = Path(__file__).resolve().parents[1]
     expected = quote_block(load_records(root / "results/graphs-paper/records"))

@@ -22,13 +22,15 @@ PACKAGE = ROOT / "hscl_zoo"
 DOC = ROOT / "docs" / "architecture.md"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("hscl_zoo._lazy", "hscl_zoo._options", "hscl_zoo._table", "hscl_zoo._version", "hscl_zoo.config_help", "hscl_zoo.configs", "hscl_zoo.hub_link",
-              "hscl_zoo.protocol")),
+    ("base", ("hscl_zoo._files", "hscl_zoo._lazy", "hscl_zoo._options", "hscl_zoo._provenance", "hscl_zoo._roots",
+              "hscl_zoo._table", "hscl_zoo._version", "hscl_zoo.config_help", "hscl_zoo.configs", "hscl_zoo.protocol")),
     ("data", ("hscl_zoo.data", "hscl_zoo.data.*")),
     ("losses", ("hscl_zoo.losses", "hscl_zoo.losses.*")),
-    ("models", ("hscl_zoo.models", "hscl_zoo.timm_models", "hscl_zoo.zoo.schema")),
-    ("measures", ("hscl_zoo.audit", "hscl_zoo.features", "hscl_zoo.probes", "hscl_zoo.retrieval")),
     ("graphs", ("hscl_zoo.graphs", "hscl_zoo.graphs.*")),
+    ("files", ("hscl_zoo.zoo.hub", "hscl_zoo.zoo.model_types", "hscl_zoo.zoo.registry", "hscl_zoo.zoo.releases",
+               "hscl_zoo.zoo.saving", "hscl_zoo.zoo.schema", "hscl_zoo.zoo.shards")),
+    ("models", ("hscl_zoo.models", "hscl_zoo.timm_models")),
+    ("measures", ("hscl_zoo.audit", "hscl_zoo.features", "hscl_zoo.probes", "hscl_zoo.retrieval")),
     ("reproduction", ("hscl_zoo.reproduction", "hscl_zoo.reproduction.*")),
     ("zoo", ("hscl_zoo.zoo", "hscl_zoo.zoo.*")),
     ("evaluation", ("hscl_zoo.embedding", "hscl_zoo.evaluation", "hscl_zoo.export")),
@@ -171,7 +173,8 @@ def test_the_architecture_doc_states_these_layers():
 
 def test_the_graph_counts_deferred_type_checking_and_relative_imports(tmp_path):
     """The reader on a package of its own: a circle made only of an import inside a function and
-    one under TYPE_CHECKING is found, as is a relative import that climbs a layer."""
+    one under TYPE_CHECKING is found, as are a relative import and one deferred into a function
+    that climb a layer."""
     package = tmp_path / "pkg"
     (package / "low").mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -179,9 +182,11 @@ def test_the_graph_counts_deferred_type_checking_and_relative_imports(tmp_path):
     (package / "low" / "a.py").write_text("def f():\n    from pkg.low import b\n")
     (package / "low" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.low.a import f\n")
     (package / "low" / "c.py").write_text("from ..high import d\n")
+    (package / "low" / "e.py").write_text("def f():\n    import pkg.high\n")
     (package / "high.py").write_text("import pkg.low.a as a\n")
     layers = (("low", ("pkg", "pkg.low", "pkg.low.*")), ("high", ("pkg.high",)))
     found = import_graph(package)
     assert found["pkg.low.a"] == {"pkg.low.b": 2} and found["pkg.low.b"] == {"pkg.low.a": 3}
     assert cycles(found) == [["pkg.low.a", "pkg.low.b"]]
-    assert upward_imports(found, layers) == ["pkg.low.c (low) imports pkg.high (high), line 1"]
+    assert upward_imports(found, layers) == ["pkg.low.c (low) imports pkg.high (high), line 1",
+                                             "pkg.low.e (low) imports pkg.high (high), line 2"]

@@ -1,4 +1,4 @@
-"""The mutation report's arithmetic and bookkeeping (benchmarks/mutation.py) on a hand-made
+"""The mutation report's arithmetic and bookkeeping (tools/mutation.py) on a hand-made
 measurement: no mutation tool runs here."""
 
 import difflib
@@ -8,7 +8,7 @@ import pytest
 
 from helpers import load_script
 
-mutation = load_script("benchmarks", "mutation")
+mutation = load_script("tools", "mutation")
 
 
 def mutant_diff(before: str, after: str) -> str:

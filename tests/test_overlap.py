@@ -105,11 +105,11 @@ def test_an_epoch_through_the_overlap_trains_as_one_fed_the_serial_views():
 
 def test_the_benchmarks_page_quotes_the_gpu_measurements_as_the_files_hold_them():
     from helpers import REPO, load_script
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
 
-    report = load_script("benchmarks", "overlap_report")
+    report = load_script("tools", "overlap_report")
     page = (REPO / "docs" / "benchmarks.md").read_text()
-    assert replace_block(page, report.BLOCK, report.render()) == page, "python benchmarks/overlap_report.py --quote docs/benchmarks.md"
+    assert replace_block(page, report.BLOCK, report.render()) == page, "python tools/overlap_report.py --quote docs/benchmarks.md"
     rows = report.rates()
     # ms per step and views per second are one measurement: 512 x 2 views a step
     assert all(abs(row["img_per_s"] * row["ms_per_step"] / 1e3 - 1024) < 1e-6 for row in rows.values())

@@ -1,13 +1,13 @@
 """The commit written into results (benchmarks/provenance.py `git_commit`, the reproduction
-records' `code_commit`), read from a real temporary git repository: '+dirty' for every kind of
-uncommitted change, untracked files included, and not for ignored files."""
+records' and the releases' `hscl_zoo._provenance.code_commit`), read from a real temporary git
+repository: '+dirty' for every kind of uncommitted change, untracked files included, and not for ignored files."""
 
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from hscl_zoo.reproduction.runs import code_commit
+from hscl_zoo._provenance import code_commit
 from helpers import load_script
 
 provenance = load_script("benchmarks", "provenance")
@@ -100,8 +100,6 @@ def test_a_release_names_the_commit_the_sprint_packed(monkeypatch):
     """On a device machine the tree's .git is missing or stale: the release's eval.json takes the
     packed commit, as the run records do (the H100's first CIFAR-100 releases named bddce64, their
     runs 832f613)."""
-    from hscl_zoo.training.release import git_commit
-
-    head = git_commit()
+    head = code_commit(mark_dirty=False)  # what a release's eval.json records
     monkeypatch.setenv("HSCL_ZOO_SOURCE_COMMIT", "f" * 40)
-    assert git_commit() == "f" * 40 != head
+    assert code_commit(mark_dirty=False) == "f" * 40 != head

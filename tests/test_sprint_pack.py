@@ -1,4 +1,4 @@
-"""Packing a GPU call's results (benchmarks/sprint_pack.py): they come back within the device
+"""Packing a GPU call's results (tools/sprint_pack.py): they come back within the device
 tool's limits and land in the repository byte for byte; the carried code is named by its commit
 and the hash of its diff; a correction sits beside the recorded value."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from helpers import load_script
 
-pack = load_script("benchmarks", "sprint_pack")
+pack = load_script("tools", "sprint_pack")
 
 
 def view_with(tmp_path: Path, weights_bytes: dict[str, int]) -> Path:

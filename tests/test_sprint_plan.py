@@ -1,4 +1,4 @@
-"""The GPU sprint's planner (benchmarks/sprint_plan.py): from what exists, the missing runs in the
+"""The GPU sprint's planner (tools/sprint_plan.py): from what exists, the missing runs in the
 issue's order (the CIFAR-100 row at seed 0 with H-SCL(beta) first, then the flagship and SCL at
 200 epochs when one call holds such a run, then CIFAR-10's missing seed-0 releases, then seeds 1
 and 2), two side by side, H-SCL(tau) only after the SCL run of its budget and seed, nothing
@@ -11,7 +11,7 @@ import json
 
 from helpers import REPO, load_script
 
-plan = load_script("benchmarks", "sprint_plan")
+plan = load_script("tools", "sprint_plan")
 COSTS = plan.Costs(pair=500.0, release=100.0, checks={"step-parity": 30.0, "loss-memory": 240.0},
                    sources={"pair": "a.json", "release": "a.json"}, measured="gpu-cifar100")
 """A 30-epoch pair takes 500 s: a 200-epoch run, 3,333 s, fits no call."""
@@ -223,10 +223,10 @@ def test_the_command_prints_the_next_item_as_one_json_line(capsys):
 
 
 def test_the_gpu_page_quotes_the_plan_the_committed_files_give():
-    from hscl_zoo.reproduction.report import replace_block
+    from hscl_zoo._files import replace_block
 
     page = (REPO / "docs" / "benchmarks.md").read_text()
     state, costs = plan.state_of(REPO), plan.costs_of(REPO)
     text = plan.show(plan.plan_calls(state, costs), costs, plan.too_long(state, costs))
     assert "| 1 | train " in text
-    assert replace_block(page, plan.PLAN_BLOCK, text) == page, "python benchmarks/sprint_plan.py --show --quote docs/benchmarks.md"
+    assert replace_block(page, plan.PLAN_BLOCK, text) == page, "python tools/sprint_plan.py --show --quote docs/benchmarks.md"

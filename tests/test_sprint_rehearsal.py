@@ -1,4 +1,4 @@
-"""`bash benchmarks/gpu_sprint.sh --rehearse next` on the CPU: the plan a GPU call would follow,
+"""`bash tools/gpu_sprint.sh --rehearse next` on the CPU: the plan a GPU call would follow,
 decided from the committed files, run at the rehearsal budget's tiny sizes into a scratch folder,
 packed within the device tool's limits; and a second rehearsal on its own unpacked results takes
 the next item instead of redoing the first."""
@@ -16,9 +16,9 @@ import pytest
 from hscl_zoo.reproduction.budgets import BUDGETS
 from helpers import REPO, load_script, missing_data
 
-plan = load_script("benchmarks", "sprint_plan")
-pack = load_script("benchmarks", "sprint_pack")
-sprint_next = load_script("benchmarks", "sprint_next")
+plan = load_script("tools", "sprint_plan")
+pack = load_script("tools", "sprint_pack")
+sprint_next = load_script("tools", "sprint_next")
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
@@ -26,7 +26,7 @@ def rehearse(tmp: Path, name: str, view: Path | None = None) -> tuple[subprocess
     state, out = tmp / name / "state", tmp / name / "out"
     env = {**os.environ, "PYTHON": sys.executable, "STATE": str(state), "OUT": str(out), "DATA": str(SHARED_DATA),
            "OMP_NUM_THREADS": "1", **({"VIEW": str(view)} if view else {})}
-    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_sprint.sh"), "--rehearse", "next"], cwd=REPO,
+    result = subprocess.run(["bash", str(REPO / "tools" / "gpu_sprint.sh"), "--rehearse", "next"], cwd=REPO,
                             capture_output=True, text=True, env=env, timeout=1800)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     logs = [p for p in pack.unpack(out, tmp / name / "landed") if p.startswith("benchmarks/results/rehearsal_")]

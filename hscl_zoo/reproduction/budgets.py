@@ -75,7 +75,7 @@ BUDGETS["gpu-cifar100-200ep"] = Budget(
     "batch 512, the JPEG (quality 75) re-encoding of CIFAR-100), for 200 epochs, the paper's count.",
     {**BUDGETS["gpu-cifar100"].settings, "epochs": 200}, evidence=True)
 GPU_BUDGETS = ("gpu-cifar100", "gpu-cifar10", "gpu-cifar100-200ep")
-"""The budgets trained on a lent GPU (benchmarks/gpu_sprint.sh), each with a ``<name>-rehearsal``
+"""The budgets trained on a lent GPU (tools/gpu_sprint.sh), each with a ``<name>-rehearsal``
 twin at a CPU size that proves its commands first."""
 REHEARSAL_IMAGES = 64
 for _name in GPU_BUDGETS:
@@ -83,7 +83,7 @@ for _name in GPU_BUDGETS:
         f"{_name}-rehearsal",
         f"{_name}'s settings at a CPU size ({REHEARSAL_IMAGES} images, 1 epoch, float32, no workers, the images "
         "kept on the device as on a GPU): "
-        "`benchmarks/gpu_sprint.sh --rehearse next` proves the GPU budget's commands before a GPU runs them. Not evidence.",
+        "`tools/gpu_sprint.sh --rehearse next` proves the GPU budget's commands before a GPU runs them. Not evidence.",
         {**BUDGETS[_name].settings, "subset": REHEARSAL_IMAGES, "epochs": 1, "batch_size": REHEARSAL_IMAGES // 2,
          "mixed_precision": "no", "num_workers": 0, "probe_epochs": 5, "knn_k": 20, "monitor_train_size": REHEARSAL_IMAGES,
          "device_data": True})

@@ -36,7 +36,8 @@ from hscl_zoo.evaluation import evaluate_model, evaluate_transfer
 from hscl_zoo.losses.methods import METHODS
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.reproduction.report import RESULTS_BEGIN, RESULTS_END, read_records
-from hscl_zoo.reproduction.runs import code_commit, hardware
+from hscl_zoo._provenance import code_commit
+from hscl_zoo.reproduction.runs import hardware
 from hscl_zoo.reproduction.summary import display
 from hscl_zoo.training.finetune import METRICS_NAME, build_parser
 from hscl_zoo.training.finetune import main as finetune_main

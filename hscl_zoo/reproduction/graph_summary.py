@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hscl_zoo._files import replace_block
 from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS, find_graph_dataset
 from hscl_zoo.graphs.protocol import GRAPH_VARIANTS, PLANS
 from hscl_zoo.losses.methods import get_method
-from hscl_zoo.reproduction.report import replace_block
 from hscl_zoo.reproduction.statistics import PairedDifference, mean_std, paired_difference
 
 __all__ = ["load_records", "GraphCell", "method_cells", "claim_rows", "leak_rows", "render_summary", "quote_block",

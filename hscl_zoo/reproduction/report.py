@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hscl_zoo._files import replace_block
 from hscl_zoo.reproduction.budgets import BUDGETS, Budget
 from hscl_zoo.reproduction.summary import (
     KEEPS_EVERYTHING,
@@ -48,17 +49,6 @@ def results_block(summary_text: str) -> str:
     """The table and the verdicts of a summary.md (what the README quotes), markers excluded."""
     start, end = summary_text.index(RESULTS_BEGIN), summary_text.index(RESULTS_END)
     return summary_text[start + len(RESULTS_BEGIN):end].strip("\n") + "\n"
-
-
-def replace_block(page: str, name: str, body: str) -> str:
-    """`page` with the text between `<!-- results:NAME -->` and `<!-- /results:NAME -->` replaced by
-    `body`; a ValueError if the markers are missing."""
-    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
-    if begin not in page or end not in page:
-        raise ValueError(f"the README has no {begin} ... {end} block to quote {name}'s results in; add the two markers.")
-    head, rest = page.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{body}{end}{tail}"
 
 
 def quote_in_readme(readme: str, budget: str, summary_text: str) -> str:

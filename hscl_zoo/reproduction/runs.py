@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from hscl_zoo._provenance import code_commit
+
 Record = dict[str, Any]
 
 
@@ -102,23 +104,3 @@ def hardware() -> str:
         return torch.cuda.get_device_name(0)
     threads = os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads()
     return f"CPU ({os.cpu_count()} cores, {platform.machine()}, torch threads {threads})"
-
-
-def code_commit(root: Path | None = None, paths: Sequence[str] = ("hscl_zoo", "recipes")) -> str | None:
-    """The git commit checked out at `root` (by default the checkout holding this hscl_zoo; None
-    outside a git checkout), with a '+dirty' suffix when anything under `paths` (every path when
-    empty) differs from it: modified, staged, deleted or untracked files alike, ignored ones not.
-
-    The environment variable HSCL_ZOO_SOURCE_COMMIT, when set, is the answer instead: a copy of a
-    checkout whose .git is missing or stale (the tree the GPU sprint sends to a device machine,
-    `benchmarks/gpu_sprint.sh`, which sets it to the commit it packed) names its code that way."""
-    if source := os.environ.get("HSCL_ZOO_SOURCE_COMMIT"):
-        return source
-    root = Path(__file__).resolve().parents[2] if root is None else root
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths], cwd=root,
-                               capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

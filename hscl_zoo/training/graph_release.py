@@ -24,7 +24,8 @@ import torch
 
 from hscl_zoo.graphs.catalog import find_graph_dataset, load_graph_dataset
 from hscl_zoo.training.graph_recipe import evaluate_graph_encoder
-from hscl_zoo.training.release import CARD_NAME, EVAL_NAME, Release, ReleaseRefused, git_commit, hardware
+from hscl_zoo._provenance import code_commit
+from hscl_zoo.training.release import CARD_NAME, EVAL_NAME, Release, ReleaseRefused, hardware
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.graph_cards import PAPER_SETTING, render_graph_card
 from hscl_zoo.zoo.releases import pin_folder
@@ -143,7 +144,7 @@ def build_graph_release(
             "metrics": metrics, "budget": budget,
             "paper_accuracy": None if paper is None else paper.paper_top1, "paper_setting": PAPER_SETTING,
             "train_command": graph_train_command(run), "release_command": command,
-            "commit": git_commit(), "hardware": hardware(torch.device("cpu")), "torch": torch.__version__,
+            "commit": code_commit(mark_dirty=False), "hardware": hardware(torch.device("cpu")), "torch": torch.__version__,
         }
         (folder / CARD_NAME).write_text(render_graph_card(entry, evaluation, metrics), encoding="utf-8")
         (folder / EVAL_NAME).write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shlex
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,13 +25,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from hscl_zoo._provenance import code_commit, cpu_model
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.releases import pin_folder
 from hscl_zoo.zoo.shards import dtype_name
 
 __all__ = ["MAX_TOP1_DROP", "EVAL_NAME", "ReleaseRefused", "Release", "check_release_name", "released_scores",
-           "build_release", "release_card", "release_entry", "registry_entry_text", "register_release", "push_release", "git_commit",
+           "build_release", "release_card", "release_entry", "registry_entry_text", "register_release", "push_release",
            "hardware"]
 
 MAX_TOP1_DROP = 0.2
@@ -72,34 +71,11 @@ def check_release_name(name: str) -> tuple[str, str]:
     return base, tag
 
 
-def git_commit() -> str | None:
-    """The checkout's HEAD commit, None outside a git checkout; HSCL_ZOO_SOURCE_COMMIT when set
-    (the commit the GPU sprint packed: the device's copy of the tree has no .git or a stale one,
-    `hscl_zoo.reproduction.runs.code_commit` reads it the same way)."""
-    if source := os.environ.get("HSCL_ZOO_SOURCE_COMMIT"):
-        return source
-    checkout = Path(__file__).resolve().parents[2]
-    try:
-        done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-    except OSError:
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def hardware(device: torch.device) -> str:
     """The device in words: the GPU's name, or the CPU's model, visible cores and torch threads."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"CPU ({model}, {os.cpu_count()} cores visible, torch threads {torch.get_num_threads()})"
+    return f"CPU ({cpu_model()}, {os.cpu_count()} cores visible, torch threads {torch.get_num_threads()})"
 
 
 def released_scores(model: nn.Module, recipe: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -227,7 +203,7 @@ def build_release(
             "paper_top1": entry.paper_top1, "paper_setting": "Table 1 of the paper: ResNet-50, 200 epochs",
             "train_command": _train_command(recipe),
             "release_command": command,
-            "commit": git_commit(), "hardware": hardware(device), "torch": torch.__version__,
+            "commit": code_commit(mark_dirty=False), "hardware": hardware(device), "torch": torch.__version__,
         }
         config = json.loads((folder / "config.json").read_text())
         (folder / CARD_NAME).write_text(_card(config, name, evaluation, entry), encoding="utf-8")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import string
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,65 +19,18 @@ from typing import Any
 import yaml
 
 import hscl_zoo.zoo.registry as registry
+from hscl_zoo._roots import results_dir
 from hscl_zoo.configs import is_config_name
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.losses.methods import METHODS
+from hscl_zoo.zoo.card_template import CARD_TEMPLATE
+from hscl_zoo.zoo.card_evidence import budget_evidence, evaluation_sections, markdown_table
 from hscl_zoo.zoo.registry import ZooEntry
 
 __all__ = ["CARD_TEMPLATE", "render_card", "write_cards", "check_cards", "main"]
 
 PAPER_TITLE = "Supervised Contrastive Learning with Hard Negative Samples"
 PAPER_URL = "https://arxiv.org/abs/2209.00078"
-
-CARD_TEMPLATE = string.Template("""\
----
-${front_matter}---
-
-# ${name}
-
-${status}
-
-${description}
-
-## How to load
-
-```python
-import hscl_zoo; from PIL import Image
-model = hscl_zoo.load("${load_source}")
-probs = model.predict(Image.open("image.png"))  # (1, ${num_classes}) class probabilities
-```
-
-`model.class_names[i]` names class `i`; `model.encode(x)` gives the ${backbone} features the
-linear head reads, `model.project(x)` the L2-normalised ${proj_dim}-d projection used in training.
-`model.transform` is the preprocessing below, as a torchvision transform.
-
-## Preprocessing
-
-${preprocessing}
-
-## Training
-
-${training}
-
-## Results
-
-Top-1 accuracy (%) of the linear classifier on frozen encoder features, on the ${dataset_display}
-evaluation split, beside Table 1 of the paper (ResNet-50, 200 epochs).
-
-${results}
-
-## Limitations
-
-- Trained on ${dataset_display} only (${num_classes} classes at ${native_size}x${native_size} pixels): the linear
-  head knows no other classes, and the features are untested on other domains or resolutions.
-- A linear probe on frozen features, not a fine-tuned classifier; numbers are single runs unless
-  stated, and the paper's numbers come from its own code and hardware.
-- Contrastive features inherit the biases of the dataset's images and labels; do not use the
-  model for decisions about people.
-
-## Citation
-
-""" + registry.PAPER_BIBTEX.replace("$", "$$"))
 
 _METRIC_NAMES = {
     "top1": ("accuracy", "Top-1 accuracy (linear probe)"),
@@ -256,7 +208,7 @@ def _preprocessing(facts: _CardFacts) -> str:
         ("mean", ", ".join(f"{v:.4f}" for v in cfg["mean"])),
         ("std", ", ".join(f"{v:.4f}" for v in cfg["std"])),
     ]
-    return _table(("step", "value"), rows)
+    return markdown_table(("step", "value"), rows)
 
 
 def _format_value(value: Any) -> str:
@@ -293,7 +245,7 @@ def _training(facts: _CardFacts) -> str:
     ]
     hyper = summary.get("hyperparameters") or {}
     rows += [(f"`{key}`", hyper[key]) for key in sorted(hyper)]
-    lines.append(_table(("setting", "value"), [(k, _format_value(v)) for k, v in rows]))
+    lines.append(markdown_table(("setting", "value"), [(k, _format_value(v)) for k, v in rows]))
     return "\n\n".join(lines)
 
 
@@ -307,80 +259,11 @@ def _results(facts: _CardFacts, results: Mapping[str, float]) -> str:
     ours = f"{results['top1']:.2f}" if "top1" in results else ("not published yet" if unpublished else "not measured")
     budget = facts.entry.budget if facts.entry is not None and facts.training is None else None
     rows = [(f"this model ({budget})" if budget else "this model", ours), ("paper, Table 1", paper_text)]
-    text = _table(("", "top-1 %"), rows)
+    text = markdown_table(("", "top-1 %"), rows)
     others = {k: v for k, v in results.items() if k != "top1"}
     if others:
         text += "\n\nOther measured metrics: " + ", ".join(f"{k} = {v:g}" for k, v in others.items()) + "."
     return text
-
-
-_RETRIEVAL_ROWS = (("Recall@1", "recall_at_1"), ("Recall@5", "recall_at_5"), ("Recall@10", "recall_at_10"),
-                   ("Precision@1", "precision_at_1"), ("MAP@R", "map_at_r"), ("mAP", "map"))
-
-
-def _evaluation(evaluation: Mapping[str, Any]) -> str:
-    """The retrieval and audit sections of a card, from the evaluation the recipe writes (empty
-    without them)."""
-    sections = []
-    retrieval = evaluation.get("retrieval")
-    if retrieval:
-        rows = [(name, f"{retrieval[key]:.2f}") for name, key in _RETRIEVAL_ROWS if key in retrieval]
-        sections.append(
-            f"### Retrieval\n\nEach of the {retrieval['queries']} test images queries the "
-            f"{retrieval['gallery_size']} training images by cosine similarity of the frozen features "
-            "(% of queries; MAP@R as in Musgrave et al., 2020).\n\n" + _table(("metric", "%"), rows))
-    audit = evaluation.get("audit")
-    if audit:
-        rows = [("alignment (two views of an image, alpha 2; lower is better)", f"{audit['alignment']:.4f}"),
-                ("uniformity (t 2; lower is better)", f"{audit['uniformity']:.4f}"),
-                ("Assumption 1 holds (fraction of test anchors)", f"{audit['assumption_fraction']:.4f}")]
-        accuracy = sorted(((v, k) for k, v in audit["class_accuracy"].items() if v == v))[:5]
-        text = (f"### Representation audit\n\nOn the {audit['images']} images of the {audit['split']} split: "
-                "alignment and uniformity of the projections (Wang and Isola, 2020) and the paper's "
-                "Assumption 1 on test batches.\n\n" + _table(("quantity", "value"), rows))
-        if accuracy:
-            text += "\n\nLowest per-class accuracy (linear probe): " + ", ".join(
-                f"{name} {value:.1f}%" for value, name in accuracy) + "."
-        if audit["confused_pairs"]:
-            text += "\n\nMost-confused class pairs: " + ", ".join(
-                f"{a} / {b} ({pair['rate']:.1f}%)" for pair in audit["confused_pairs"]
-                for a, b in [pair["classes"]]) + "."
-        sections.append(text)
-    return "".join("\n\n" + section for section in sections)
-
-
-REPO_RESULTS = Path(__file__).resolve().parents[2] / "results"
-
-
-def _budget_evidence(facts: _CardFacts, results: Path | None) -> str:
-    """The card's section quoting the method's runs at the evidence budgets of its dataset (empty
-    when `results`, the repository's results/ folder, is absent or holds none, as in a wheel)."""
-    if results is None or not results.is_dir():
-        return ""
-    from hscl_zoo.reproduction.report import evidence_rows, evidence_table
-
-    rows = evidence_rows(results, facts.method, facts.dataset)
-    if not rows:
-        return ""
-    method = METHODS[facts.method].display if facts.method in METHODS else facts.method
-    budgets = "\n".join(f"- [`{budget.name}`](../results/{budget.name}/summary.md): {budget.description}"
-                        + (f" Retrieval, transfer and fine-tuning of its seed-0 encoders: "
-                           f"[evidence](../results/{budget.name}/evidence/summary.md)."
-                           if (results / budget.name / "evidence" / "summary.md").is_file() else "")
-                        for budget, _ in rows)
-    hardware = " and ".join(kind for kind in ("CPU", "GPU") if any(b.name.startswith(kind.lower() + "-") for b, _ in rows))
-    return (f"\n\n### {method} at {hardware or 'smaller'} budgets (not this model, not the paper's budget)\n\n"
-            "Encoders trained with the methods side by side at budgets this project can afford (each budget "
-            "below says its data, model, schedule and hardware), to test the paper's claims: linear probe and kNN top-1 on the full test split, "
-            "means ± standard deviations over seeds, differences paired by seed. Each budget's runs, summary "
-            "and verdicts are in the hscl_zoo repository under `results/<budget>/` (linked below).\n\n"
-            f"{evidence_table(rows)}\n\n{budgets}")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def render_card(
@@ -432,7 +315,7 @@ def render_card(
         training=_training(facts),
         dataset_display=dataset.display if dataset else dataset_label(facts.dataset),
         native_size=dataset.native_size if dataset else "?",
-        results=_results(facts, results) + _evaluation(evaluation or {}) + _budget_evidence(facts, evidence_results),
+        results=_results(facts, results) + evaluation_sections(evaluation or {}) + budget_evidence(facts.method, facts.dataset, evidence_results),
     )
 
 
@@ -440,7 +323,7 @@ def _rendered() -> dict[str, str]:
     from hscl_zoo.zoo.graph_cards import render_graph_card
 
     return {f"{entry.name}.md": render_graph_card(entry) if entry.modality == "graph"
-            else render_card(entry, evidence_results=REPO_RESULTS) for entry in registry.entries()}
+            else render_card(entry, evidence_results=results_dir()) for entry in registry.entries()}
 
 
 def write_cards(out: str | Path) -> list[Path]:

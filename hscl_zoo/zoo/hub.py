@@ -26,7 +26,6 @@ network or any file outside it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -41,9 +40,10 @@ from huggingface_hub.utils import validate_repo_id
 from torch import nn
 
 import hscl_zoo.zoo.registry as registry
+from hscl_zoo._files import sha256_file
 from hscl_zoo._version import __version__
 from hscl_zoo.zoo.model_types import build_model
-from hscl_zoo.zoo.releases import ChecksumMismatchError, NotCachedError, fetch_release
+from hscl_zoo.zoo.releases import ChecksumMismatchError, NotCachedError, check_pins, fetch_release
 from hscl_zoo.zoo.schema import check_config, read_config
 from hscl_zoo.zoo.shards import DTYPES, INDEX_NAME, WEIGHTS_NAME, WeightFiles, dtype_name, read_state, tensor_shapes, weight_files
 
@@ -90,12 +90,6 @@ class ModelSource:
     revision: str | None = None
     path: Path | None = None
     entry: registry.ZooEntry | None = None
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file, read in blocks (never whole into memory)."""
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _env_offline() -> bool:
@@ -311,14 +305,10 @@ def _check_pins(entry: registry.ZooEntry, config: Path, weights: WeightFiles) ->
     read = {CONFIG_NAME: config, **dict(weights.paths)}
     if weights.index is not None:
         read[INDEX_NAME] = weights.index
-    for name, path in read.items():
-        pin = entry.files.get(name)
-        actual = sha256_file(path)
-        if pin is None or actual != pin.sha256:
-            raise ChecksumMismatchError(
-                f"Refusing {path}: its sha256 is {actual}, but the registry entry {entry.name} "
-                f"({entry.hub_repo}@{entry.revision}) pins {pin.sha256 if pin else 'no such file'}. The cached file is "
-                "corrupt or was replaced; delete it (and the blob it links to) and load again with network access.")
+    refusal = check_pins(entry, read, "The cached file is corrupt or was replaced; delete it (and the blob it links "
+                                      "to) and load again with network access.")
+    if refusal is not None:
+        raise ChecksumMismatchError(refusal)
 
 
 def check_weights(model: nn.Module, weights: WeightFiles | str | os.PathLike[str], *, config_path: str | None = None) -> None:

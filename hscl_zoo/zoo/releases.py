@@ -13,7 +13,6 @@ used, and a ``ReleaseFallbackWarning`` says which copy was refused and where the
 
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -22,11 +21,13 @@ from pathlib import Path
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+from hscl_zoo._files import sha256_file
+from hscl_zoo._roots import ROOT_ENV, releases_dir
 from hscl_zoo._version import __version__
 from hscl_zoo.zoo.registry import FilePin, ZooEntry
 
 __all__ = ["RELEASES_ENV", "NotCachedError", "ChecksumMismatchError", "ReleaseFallbackWarning", "Fetched",
-           "release_roots", "pin_folder", "fetch_release"]
+           "release_roots", "pin_folder", "check_pins", "fetch_release"]
 
 RELEASES_ENV = "HSCL_ZOO_RELEASES"
 
@@ -51,13 +52,10 @@ class Fetched:
     source: str
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 def release_roots() -> list[Path]:
-    """The local folders holding release folders, in the order they are tried."""
+    """The local folders holding release folders, in the order they are tried: the mirror
+    ``HSCL_ZOO_RELEASES`` names, then the ``releases/`` of the checkout :mod:`hscl_zoo._roots` finds
+    (``HSCL_ZOO_ROOT``, else the current directory's)."""
     roots = []
     named = os.environ.get(RELEASES_ENV)
     if named:
@@ -66,9 +64,9 @@ def release_roots() -> list[Path]:
             raise FileNotFoundError(f"{RELEASES_ENV}={named} is not a directory; point it at a folder of release "
                                     "folders (<name>/config.json, ...) or unset it.")
         roots.append(root)
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "releases").is_dir():
-        roots.append(checkout / "releases")
+    committed = releases_dir()
+    if committed is not None:
+        roots.append(committed)
     return roots
 
 
@@ -79,16 +77,24 @@ def pin_folder(folder: str | os.PathLike[str]) -> dict[str, FilePin]:
     nested = [p.name for p in entries if not p.is_file()]
     if nested:
         raise ValueError(f"{folder} holds {nested[0]}, which is not a file; a release folder holds files only.")
-    return {p.name: FilePin(_sha256(p), p.stat().st_size) for p in entries}
+    return {p.name: FilePin(sha256_file(p), p.stat().st_size) for p in entries}
 
 
-def _check(entry: ZooEntry, paths: dict[str, Path], what: str, fix: str) -> str | None:
-    """None when every file matches its pin, else the refusal (one sentence per bad file)."""
+def pinned_by(entry: ZooEntry) -> str:
+    """How a refusal names the pins: the registry entry, and the Hub revision it pins if any."""
+    return f"the registry entry {entry.name}" + (f" ({entry.hub_repo}@{entry.revision})" if entry.revision else "")
+
+
+def check_pins(entry: ZooEntry, paths: dict[str, Path], fix: str) -> str | None:
+    """None when every file of `paths` (file name -> path) matches the sha256 the entry pins for
+    it, else the refusal: one sentence per file that differs or that the entry does not pin."""
     refusals = []
-    for name, pin in entry.files.items():
-        actual = _sha256(paths[name])
-        if actual != pin.sha256:
-            refusals.append(f"Refusing {paths[name]}: its sha256 is {actual}, but {what} pins {pin.sha256}. {fix}")
+    for name, path in paths.items():
+        pin = entry.files.get(name)
+        actual = sha256_file(path)
+        if pin is None or actual != pin.sha256:
+            refusals.append(f"Refusing {path}: its sha256 is {actual}, but {pinned_by(entry)} pins "
+                            f"{pin.sha256 if pin else 'no such file'}. {fix}")
     return " ".join(refusals) or None
 
 
@@ -130,7 +136,6 @@ def fetch_release(entry: ZooEntry, *, offline: bool, cache_dir: str | os.PathLik
     """The verified files of a published entry, from the first source whose every file matches
     its pin. Raises ``ChecksumMismatchError`` when copies were found but none matched, and
     ``NotCachedError`` when no source holds the files."""
-    pinned = f"the registry entry {entry.name}" + (f" ({entry.hub_repo}@{entry.revision})" if entry.revision else "")
     sources = [(f"the release folder {root / entry.name}", lambda root=root: _local(entry, root),
                 "The mirror's copy is corrupt or was replaced; copy the release folder again.")
                for root in release_roots()]
@@ -146,7 +151,7 @@ def fetch_release(entry: ZooEntry, *, offline: bool, cache_dir: str | os.PathLik
         if isinstance(found, str):
             absent.append(found)
             continue
-        refusal = _check(entry, found, pinned, fix)
+        refusal = check_pins(entry, found, fix)
         if refusal is not None:
             refusals.append(refusal)
             continue
@@ -157,7 +162,7 @@ def fetch_release(entry: ZooEntry, *, offline: bool, cache_dir: str | os.PathLik
     if refusals:
         raise ChecksumMismatchError(" ".join(refusals))
     hub = (f"run it once with network access to fetch {entry.hub_repo}@{entry.revision}" if entry.revision
-           else f"{entry.name} is not on the Hub yet: use a checkout that has releases/{entry.name}, or set "
-                f"{RELEASES_ENV} to a folder holding a copy")
+           else f"{entry.name} is not on the Hub yet: run from a checkout that has releases/{entry.name} (or set "
+                f"{ROOT_ENV} to it), or set {RELEASES_ENV} to a folder holding a copy")
     raise NotCachedError(f"Cannot load {entry.name}: no source holds its files ({'; '.join(absent)}"
                          f"{'; offline' if offline and entry.revision else ''}); {hub}.")

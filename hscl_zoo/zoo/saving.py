@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from hscl_zoo._version import __version__
-from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.zoo.hub import CONFIG_NAME, check_repo_id, sha256_file
 from hscl_zoo.zoo.model_types import MODEL_TYPES
 from hscl_zoo.zoo.schema import check_config
@@ -47,10 +46,16 @@ class PushResult:
     commit_url: str
 
 
+def _is_image_encoder(model: nn.Module) -> bool:
+    """A ``hscl_zoo.models.ContrastiveEncoder``: its class describes it by ``model_config()`` (read
+    on the class: torch.compile's wrapper forwards its inner module's attributes)."""
+    return callable(getattr(type(model), "model_config", None))
+
+
 def _unwrap(model: nn.Module) -> nn.Module:
     """The encoder inside DDP / torch.compile wrappers: a ContrastiveEncoder, or a module of a
     registered model type (one with ``to_config()``)."""
-    while not isinstance(model, ContrastiveEncoder) and not callable(getattr(model, "to_config", None)):
+    while not _is_image_encoder(model) and not callable(getattr(type(model), "to_config", None)):
         inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
         if not isinstance(inner, nn.Module):
             raise TypeError(f"save_pretrained expects a hscl_zoo ContrastiveEncoder (optionally wrapped by DDP or "
@@ -73,7 +78,7 @@ def _check_training(training: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _config_json(model: nn.Module, training: Mapping[str, Any] | None, stored: str) -> str:
-    if isinstance(model, ContrastiveEncoder):
+    if _is_image_encoder(model):
         config = model.model_config()
     else:
         config = dict(model.to_config())
@@ -84,7 +89,7 @@ def _config_json(model: nn.Module, training: Mapping[str, Any] | None, stored: s
     config["torch_dtype"] = stored
     if training is not None:
         config["training"] = _check_training(training)
-    if isinstance(model, ContrastiveEncoder):
+    if _is_image_encoder(model):
         check_config(config, where=f"the {CONFIG_NAME} to save")
     try:
         return json.dumps(config, indent=2, sort_keys=False, allow_nan=False) + "\n"

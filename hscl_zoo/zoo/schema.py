@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from hscl_zoo.data.transforms import CROP_MODES, INTERPOLATIONS
-from hscl_zoo.hub_link import CONFIG_LIBRARY_NAME
 
-__all__ = ["ConfigSchemaError", "TIMM_KWARGS", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NUM_CLASSES",
+__all__ = ["CONFIG_LIBRARY_NAME", "ConfigSchemaError", "TIMM_KWARGS", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NUM_CLASSES",
            "MAX_PROJ_DIM", "MAX_IMAGE_SIZE", "MAX_PATCH_GRID", "check_config", "parse_json", "parse_config",
            "read_config"]
 
+CONFIG_LIBRARY_NAME = "hscl_zoo"
+"""Marks a config.json as an hscl_zoo encoder (as opposed to a plain timm checkpoint)."""
 MAX_CONFIG_BYTES = 16 * 2**20
 MAX_DEPTH = 32
 MAX_NUM_CLASSES = 200_000

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hscl_zoo._files import replace_block
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.graphs.catalog import GRAPH_DATASETS
 from hscl_zoo.losses.methods import METHODS
@@ -166,8 +167,6 @@ def names_grid() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hscl_zoo.reproduction.report import replace_block
-
     parser = argparse.ArgumentParser(prog="python -m hscl_zoo.zoo.table", description=__doc__.splitlines()[0])
     parser.add_argument("--quote", type=Path, nargs="*", default=[],
                         help="pages whose zoo-releases / zoo-names blocks to rewrite")

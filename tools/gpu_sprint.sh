@@ -2,12 +2,12 @@
 # The GPU sprint (issues 30 and 40), in steps that each fit one device command (under 9 minutes on
 # one H100/H200). A lent GPU now gives about 15 minutes in all, so one call of `next` is the plan:
 #
-#   bash benchmarks/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, source -> .gpu/; releases/ hidden
-#   bash benchmarks/gpu_sprint.sh next                  # on the GPU (device tool: carry .gpu, limit ~560 s)
-#   python benchmarks/sprint_pack.py unpack OUT         # here: the results in the repository, releases/ restored
-#   bash benchmarks/gpu_sprint.sh restore               # here: releases/ back without unpacking anything
-#   bash benchmarks/gpu_sprint.sh --rehearse next       # the same plan on the CPU, tiny sizes
-#   python benchmarks/sprint_plan.py --show             # what the next calls will do
+#   bash tools/gpu_sprint.sh pack                  # here, on the CPU: data, wheels, source -> .gpu/; releases/ hidden
+#   bash tools/gpu_sprint.sh next                  # on the GPU (device tool: carry .gpu, limit ~560 s)
+#   python tools/sprint_pack.py unpack OUT         # here: the results in the repository, releases/ restored
+#   bash tools/gpu_sprint.sh restore               # here: releases/ back without unpacking anything
+#   bash tools/gpu_sprint.sh --rehearse next       # the same plan on the CPU, tiny sizes
+#   python tools/sprint_plan.py --show             # what the next calls will do
 #
 # Steps:
 #   pack     copy the parquet folders the next call trains on (`sprint_plan.py --datasets`: cifar100
@@ -15,21 +15,21 @@
 #            the wheels the GPU image lacks (datasets and what it needs that the image does not hold)
 #            into .gpu/, an ignored
 #            folder the device tool carries, and record the code the tree is at in .gpu/source.json
-#            (commit, sha256 of `git diff HEAD`; refused when hscl_zoo/, recipes/ or benchmarks/
+#            (commit, sha256 of `git diff HEAD`; refused when hscl_zoo/, recipes/, benchmarks/, tools/
 #            differ from HEAD: a measurement names its code). First it hides releases/ (the committed
 #            weights, over the 64 MiB a call carries, read by no call) in .releases-hidden/, an ignored
 #            folder the call does not carry (`sprint_pack.py hide`: refused, nothing moved, when
 #            releases/ differs from HEAD; hidden already: nothing to do).
 #   restore  put releases/ back from .releases-hidden/, byte for byte (`sprint_pack.py restore`; `unpack`
 #            does it first). Nothing hidden: nothing to do.
-#   next     benchmarks/sprint_next.py: from the committed files (results/gpu-cifar10/runs, the GPU
-#            check results), the most valuable missing work that fits the call (benchmarks/sprint_plan.py):
+#   next     tools/sprint_next.py: from the committed files (results/gpu-cifar10/runs, the GPU
+#            check results), the most valuable missing work that fits the call (tools/sprint_plan.py):
 #            two missing runs side by side (the gpu-cifar100 row at seed 0, H-SCL(beta) first; then
 #            gpu-cifar10's missing seed-0 releases; then seeds 1 and 2), each seed-0 run released in
 #            bf16; with 4 minutes left, the step-parity
 #            check (TF32 off and on) and the loss-memory benchmark. Every result is packed into $OUT
 #            as it lands (results.tgz, weights as <= 15 MiB tar parts), so a cut call keeps what
-#            finished; `python benchmarks/sprint_pack.py unpack OUT` puts them in the repository.
+#            finished; `python tools/sprint_pack.py unpack OUT` puts them in the repository.
 #   check    environment, CPU-vs-device parity (benchmarks/cuda_parity.py), and two epochs of
 #            hscl-beta-cifar10 whose second epoch is trained again from the first's checkpoint.
 #   measure  benchmarks/loss_bench.py and benchmarks/train_throughput.py (ResNet-18 and ResNet-50,
@@ -91,7 +91,7 @@ run() {
 }
 
 setup() {
-  [ -d "$DATA" ] || { echo "error: no data folder at $DATA; run 'bash benchmarks/gpu_sprint.sh pack' first or set DATA to the folder holding cifar10/ and cifar100/." >&2; exit 3; }
+  [ -d "$DATA" ] || { echo "error: no data folder at $DATA; run 'bash tools/gpu_sprint.sh pack' first or set DATA to the folder holding cifar10/ and cifar100/." >&2; exit 3; }
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   if [ $REHEARSE = 0 ] && compgen -G "$PACK/whl/*.whl" > /dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-sprint-site \
@@ -108,12 +108,12 @@ setup() {
 }
 
 step_pack() {
-  if [ $REHEARSE = 0 ] && [ -n "$(git status --porcelain -- hscl_zoo recipes benchmarks)" ]; then
-    echo "error: hscl_zoo/, recipes/ or benchmarks/ differ from HEAD; commit first, so the results name their code." >&2; exit 2
+  if [ $REHEARSE = 0 ] && [ -n "$(git status --porcelain -- hscl_zoo recipes benchmarks tools)" ]; then
+    echo "error: hscl_zoo/, recipes/, benchmarks/ or tools/ differ from HEAD; commit first, so the results name their code." >&2; exit 2
   fi
   local shared=${SHARED_DATA:-../shared/data} names name
-  "$PY" benchmarks/sprint_pack.py hide --into "$ROOT" || exit 2
-  names=$(PYTHONPATH=$ROOT "$PY" benchmarks/sprint_plan.py --datasets) || { echo "error: the plan failed" >&2; exit 2; }
+  "$PY" tools/sprint_pack.py hide --into "$ROOT" || exit 2
+  names=$(PYTHONPATH=$ROOT "$PY" tools/sprint_plan.py --datasets) || { echo "error: the plan failed" >&2; exit 2; }
   rm -rf $PACK/data
   for name in ${names:-cifar10}; do
     [ -d "$shared/$name" ] || { echo "error: no $shared/$name to pack; set SHARED_DATA to the folder holding it." >&2; exit 2; }
@@ -127,7 +127,7 @@ step_pack() {
       -d $PACK/whl $WHEELS || { echo "error: downloading the wheels failed" >&2; exit 2; }
   fi
   git rev-parse HEAD > $PACK/source_commit
-  PYTHONPATH=benchmarks "$PY" -c "import json, pathlib, sprint_pack; print(json.dumps(sprint_pack.source(pathlib.Path('.'))))" \
+  PYTHONPATH=tools "$PY" -c "import json, pathlib, sprint_pack; print(json.dumps(sprint_pack.source(pathlib.Path('.'))))" \
     > $PACK/source.json || { echo "error: recording the source in $PACK/source.json failed" >&2; exit 2; }
   du -sh $PACK
   note "pack: carry '$PACK' in the device tool's call"
@@ -240,12 +240,12 @@ step_overlap() {
 
 # next: the planner decides, from the files, what this call does; it packs $OUT itself.
 step_next() {
-  local args=(--state "$STATE" --out "$OUT" --data "$DATA" --command "bash benchmarks/gpu_sprint.sh $*")
+  local args=(--state "$STATE" --out "$OUT" --data "$DATA" --command "bash tools/gpu_sprint.sh $*")
   [ $REHEARSE = 1 ] && args+=(--rehearse)
   [ $REHEARSE = 0 ] && [ -s $PACK/source.json ] && args+=(--source $PACK/source.json)
   [ -n "${VIEW:-}" ] && args+=(--view "$VIEW")
   [ -n "${SPRINT_SECONDS:-}" ] && args+=(--budget-seconds "$SPRINT_SECONDS")
-  "$PY" benchmarks/sprint_next.py "${args[@]}"
+  "$PY" tools/sprint_next.py "${args[@]}"
   FAILED=$((FAILED + $?))
 }
 
@@ -257,7 +257,7 @@ pack_out() {
 
 for step in "${STEPS[@]}"; do
   if [ "$step" = pack ]; then step_pack; continue; fi
-  if [ "$step" = restore ]; then "$PY" benchmarks/sprint_pack.py restore --into "$ROOT" || exit 2; continue; fi
+  if [ "$step" = restore ]; then "$PY" tools/sprint_pack.py restore --into "$ROOT" || exit 2; continue; fi
   STEP=$step
   setup
   if [ "$step" = next ]; then step_next "${ARGS[@]}"; continue; fi

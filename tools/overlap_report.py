@@ -6,8 +6,8 @@
 * a run's seconds outside training, item by item, before the audit's change (the two runs of the
   sprint log `BEFORE`, side by side) and after it (the run record `AFTER`, alone on the GPU).
 
-    python benchmarks/overlap_report.py                          # print the block
-    python benchmarks/overlap_report.py --quote docs/benchmarks.md   # and rewrite its <!-- results:gpu-overlap -->
+    python tools/overlap_report.py                          # print the block
+    python tools/overlap_report.py --quote docs/benchmarks.md   # and rewrite its <!-- results:gpu-overlap -->
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from hscl_zoo.reproduction.report import replace_block
+from hscl_zoo._files import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES = "benchmarks/results/h100_overlap.json"

@@ -1,4 +1,4 @@
-"""`bash benchmarks/gpu_sprint.sh next`: do the most valuable missing GPU work that fits one call.
+"""`bash tools/gpu_sprint.sh next`: do the most valuable missing GPU work that fits one call.
 
 The plan comes from `sprint_plan` (what the committed files lack, in priority order, within the
 call's time). Each item's results land in a *view* of the repository (the committed results
@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import sprint_pack  # benchmarks/, the script's own folder
+import sprint_pack  # tools/, the script's own folder
 import sprint_plan
 from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
 
@@ -233,12 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rehearse", action="store_true", help="on the CPU at the rehearsal budget's sizes")
     p.add_argument("--budget-seconds", type=float, default=sprint_plan.CALL_SECONDS)
     p.add_argument("--source", type=Path, help="the packed source.json (commit, diff hash) naming the carried code")
-    p.add_argument("--command", default="bash benchmarks/gpu_sprint.sh next", help="the command, as the log records it")
+    p.add_argument("--command", default="bash tools/gpu_sprint.sh next", help="the command, as the log records it")
     args = p.parse_args(argv)
     args.device = "cpu" if args.rehearse else "cuda"
     args.view = args.view or args.state / "view"
     if not args.data.is_dir():
-        raise SystemExit(f"error: no data folder at {args.data}; run 'bash benchmarks/gpu_sprint.sh pack' first or "
+        raise SystemExit(f"error: no data folder at {args.data}; run 'bash tools/gpu_sprint.sh pack' first or "
                          "set DATA to the folder holding cifar10/ and cifar100/.")
     source = json.loads(args.source.read_text()) if args.source else sprint_pack.source(ROOT)
     seed_view(args.view)

@@ -2,7 +2,7 @@
 
 A lent GPU comes with about 15 minutes of machine time, one command of at most 10 minutes. This
 module turns the repository's state (the GPU budgets' run records, the published releases, the
-GPU check results) into an ordered plan that fits one call, so `bash benchmarks/gpu_sprint.sh next`
+GPU check results) into an ordered plan that fits one call, so `bash tools/gpu_sprint.sh next`
 never redoes finished work and spends the minutes on what users need most, first:
 
 1. Runs, two side by side, in the order of `WORK` (declared once, below): the CIFAR-100 row at
@@ -22,10 +22,10 @@ pure function of a `State` (what exists) and `Costs` (how long things took, read
 committed sprint logs), so the plan is unit-tested without a GPU; `state_of` and `costs_of` read
 them from a checkout, also while its releases are hidden for a call (`sprint_pack.HIDDEN`).
 
-    python benchmarks/sprint_plan.py --show                  # the plan for the next calls
-    python benchmarks/sprint_plan.py --show --quote docs/benchmarks.md   # and its quote on the Benchmarks page
-    python benchmarks/sprint_plan.py --datasets              # the data the next call carries
-    python benchmarks/sprint_plan.py --elapsed 300 --skip step-parity   # the next item, one line
+    python tools/sprint_plan.py --show                  # the plan for the next calls
+    python tools/sprint_plan.py --show --quote docs/benchmarks.md   # and its quote on the Benchmarks page
+    python tools/sprint_plan.py --datasets              # the data the next call carries
+    python tools/sprint_plan.py --elapsed 300 --skip step-parity   # the next item, one line
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hscl_zoo.reproduction.budgets import BUDGETS, GPU_BUDGETS
-from hscl_zoo.reproduction.report import replace_block
-from sprint_pack import HIDDEN  # benchmarks/, the script's own folder
+from hscl_zoo._files import replace_block
+from sprint_pack import HIDDEN  # tools/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CALL_SECONDS = 540

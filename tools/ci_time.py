@@ -1,7 +1,7 @@
 """How long CI and the README's `pytest` take, measured the way CI runs them.
 
-    python benchmarks/ci_time.py ci --commit HEAD --label after       # a full `CI=true bash .ci/run`
-    python benchmarks/ci_time.py pytest --commit HEAD --label after   # a fresh install, then `pytest`
+    python tools/ci_time.py ci --commit HEAD --label after       # a full `CI=true bash .ci/run`
+    python tools/ci_time.py pytest --commit HEAD --label after   # a fresh install, then `pytest`
 
 Each measurement clones the commit into a fresh folder under --workdir with `../shared` beside it (a
 link to this checkout's `../shared`), runs it with every output line timestamped, and merges one entry
@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import ROOT, cpu_model, utc_now
+from hscl_zoo._provenance import cpu_model, utc_now
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results" / "ci_time.json"
 PHASE = re.compile(r"^ci-phase: (?P<name>\S+) (?P<seconds>[0-9.]+)$")

@@ -1,7 +1,7 @@
 """Packing a GPU call's results for the way back, and unpacking them into the repository.
 
 A device call returns at most `MAX_FILES` files of `MAX_FILE_BYTES` each, `MAX_TOTAL_BYTES` in
-all. The sprint (`benchmarks/sprint_next.py`) lands each result in a *view*: a folder laid out as
+all. The sprint (`tools/sprint_next.py`) lands each result in a *view*: a folder laid out as
 the repository (``results/gpu-cifar10/runs/ucl-s0.json``, ``releases/NAME/...``), and after each
 landing calls `pack`, which rewrites ``$OUT`` from the view: one ``results.tgz`` of every small
 file (records, check results, logs, the sprint log) and each weights folder as an uncompressed
@@ -86,10 +86,10 @@ def hide(root: Path) -> str:
     releases, hidden = root / "releases", root / HIDDEN / "releases"
     if not releases.is_dir() or not any(releases.iterdir()):
         return (f"releases/ is hidden already in {HIDDEN}/; " if hidden.is_dir() else "no releases/ to hide; ") + \
-            "put it back with: bash benchmarks/gpu_sprint.sh restore"
+            "put it back with: bash tools/gpu_sprint.sh restore"
     if hidden.is_dir():
         raise SystemExit(f"error: both releases/ and {HIDDEN}/releases/ hold releases; run "
-                         "'bash benchmarks/gpu_sprint.sh restore' first, then pack.")
+                         "'bash tools/gpu_sprint.sh restore' first, then pack.")
     changed = _git(root, "status", "--porcelain", "--untracked-files=all", "--", "releases").decode().splitlines()
     if changed:
         raise SystemExit(f"error: releases/ differs from HEAD ({len(changed)} path(s), e.g. '{changed[0].strip()}'); "
@@ -97,7 +97,7 @@ def hide(root: Path) -> str:
     hidden.parent.mkdir(exist_ok=True)
     releases.rename(hidden)
     return f"moved releases/ to {HIDDEN}/releases/ (ignored, not carried); put it back with: " \
-           "bash benchmarks/gpu_sprint.sh restore"
+           "bash tools/gpu_sprint.sh restore"
 
 
 def restore(root: Path) -> list[str]:

@@ -12,12 +12,12 @@ and the tests restricted to the target's test files), from scratch every time, o
 report, benchmarks/results/mutation.json and the generated mutation.md beside it, keeps per file
 the mutant counts, the score killed / (mutants - equivalent), the commit measured (with "+dirty"
 for uncommitted code), the date, the wall time, every surviving mutant (file:line and diff) and
-every mutant benchmarks/mutation_equivalents.yaml declares equivalent, with its reason.
+every mutant tools/mutation_equivalents.yaml declares equivalent, with its reason.
 
-    python benchmarks/mutation.py --module hscl_zoo/reproduction/statistics.py   # one target
-    python benchmarks/mutation.py --all                                        # every target (hours)
-    python benchmarks/mutation.py --count --all       # mutants per file, without running any test
-    python benchmarks/mutation.py --report-only       # re-render mutation.md after editing the equivalents
+    python tools/mutation.py --module hscl_zoo/reproduction/statistics.py   # one target
+    python tools/mutation.py --all                                        # every target (hours)
+    python tools/mutation.py --count --all       # mutants per file, without running any test
+    python tools/mutation.py --report-only       # re-render mutation.md after editing the equivalents
 
 Needs the `mutation` extra (`pip install -e .[mutation]`). A measurement, not a CI step.
 """
@@ -43,7 +43,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "mutation.json"
-EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.yaml"
+EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.yaml"
 WORK = ROOT / "build" / "mutation"
 
 # Each target (a module; every file of hscl_zoo/losses/ is one) and the test files that exercise it.
@@ -67,8 +67,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "hscl_zoo/reproduction/statistics.py": REPRODUCTION_TESTS,
     "hscl_zoo/reproduction/summary.py": REPRODUCTION_TESTS,
     **dict.fromkeys(("hscl_zoo/evaluation.py", "hscl_zoo/features.py", "hscl_zoo/probes.py"), EVALUATION_TESTS),
-    "hscl_zoo/zoo/hub.py": (
-        "tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py"),
+    **dict.fromkeys(("hscl_zoo/zoo/hub.py", "hscl_zoo/_files.py"), (
+        "tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py")),
 }
 GOAL = 0.9  # issue 25: at least 90 % of the non-equivalent mutants of every file killed
 KINDS = ("equivalent", "gpu-only")  # what an explained survivor is (mutation_equivalents.yaml's `kind`)
@@ -168,10 +168,10 @@ def run_target(target: str) -> dict[str, dict[str, Any]]:
     """Mutation-test one target from scratch; per file, the raw measurement (killed count and every
     mutant not killed, with its status, line and diff)."""
     from mutmut.stats import status_by_exit_code
-    from provenance import git_commit, utc_now
+    from hscl_zoo._provenance import code_commit, utc_now
 
     ws = workspace(target)
-    commit, date = git_commit(), utc_now()
+    commit, date = code_commit(ROOT, paths=()), utc_now()
     started = time.perf_counter()
     mutmut(ws, "run", "--max-children", "1", log=ws / "mutmut-run.log")
     seconds = time.perf_counter() - started
@@ -231,9 +231,9 @@ def verdict(measured: dict[str, Any], equivalents: list[dict[str, Any]]) -> dict
 def render(report: dict[str, Any]) -> str:
     """mutation.md: the score table, then each file's surviving and equivalent mutants."""
     out = ["# Mutation testing", "",
-           f"Written by `python benchmarks/mutation.py` ({report['tool']}); do not edit. Score = killed / "
+           f"Written by `python tools/mutation.py` ({report['tool']}); do not edit. Score = killed / "
            "(mutants - equivalent); equivalent mutants are declared, with a reason, in "
-           "`benchmarks/mutation_equivalents.yaml`, as are the survivors that change behaviour only on a CUDA "
+           "`tools/mutation_equivalents.yaml`, as are the survivors that change behaviour only on a CUDA "
            "device (GPU-only: they stay survivors, and count against the score). Goal: a score of at least "
            f"{GOAL:.0%} on every file. `code now` compares each file with its code at the commit measured, "
            f"in the checkout that wrote this report ({report.get('checkout') or 'unknown'}): `same` means the score "
@@ -277,9 +277,9 @@ def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RE
     old = json.loads(path.read_text())["files"] if path.is_file() else {}
     merged = {**{f: e["measured"] for f, e in old.items()}, **measured}
     declared = load_equivalents(equivalents)
-    from provenance import git_commit
+    from hscl_zoo._provenance import code_commit
 
-    report = {"tool": tool, "score": "killed / (mutants - equivalent)", "checkout": git_commit(),
+    report = {"tool": tool, "score": "killed / (mutants - equivalent)", "checkout": code_commit(ROOT, paths=()),
               "files": {f: {"measured": m, "verdict": verdict(m, declared), "code_now": unchanged_since(f, m["commit"])}
                         for f, m in sorted(merged.items())}}
     path.write_text(json.dumps(report, indent=1) + "\n")
