@@ -61,7 +61,7 @@ def loader_for(folder: Path | StreamSource, *, seed: int = 0, batch: int = 50, w
 
 def torchrun(*args: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--master_port", "0",
+    result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node", "2",
                              str(ROOT / "tests" / "stream_ranks.py"), *args], capture_output=True, text=True, env=env,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
