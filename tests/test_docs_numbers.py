@@ -322,6 +322,31 @@ def recipe_vs_loop() -> str:
     return "\n".join([recipe_vs_loop_quote(), recipe_breakdown_table(), recipe_profile_quote()])
 
 
+IMAGENET_TRAIN_IMAGES = 1_281_167
+
+
+def stream_vs_map() -> str:
+    """The streaming benchmark's views/s per side and process count (each process's too), the 224 px
+    decode rates, and the ImageNet-1k plan extrapolated from them and from h100_throughput.json's
+    ResNet-50 compute rate (32 px, small stem: layer1 at 32x32; at 224 px timm's stem gives 56x56,
+    so the rate is scaled by (32/56)^2)."""
+    run = _json("benchmarks/results/stream_vs_map_cpu.json")
+    parts = []
+    for side in run["runs"]:
+        parts.append(f"{side['views_per_second']:.0f} views/s")
+        parts += [f"{p['views_per_second']:.0f} views/s" for p in side["per_process"]]
+    decode = run["decode_224"]
+    per_core = decode["decode_and_two_views_images_per_second"]
+    parts.append(f"{decode['decode_images_per_second']:.0f} img/s, {per_core:.0f} img/s")
+    rn50 = next(r for r in _json("benchmarks/results/h100_throughput.json")["rows"]
+                if r["backbone"] == "resnet50" and r["stage"] == "compute" and r["config"].startswith("fast"))
+    gpu = rn50["img_per_s"] * (32 / 56) ** 2
+    parts.append(f"{rn50['img_per_s']:.0f} img/s, {gpu:.0f} img/s, {gpu / per_core:.0f} cores")
+    for gpus in (1, 8, 32):
+        parts.append(f"{IMAGENET_TRAIN_IMAGES * 100 / (gpu * gpus) / 3600:.1f} h")
+    return "; ".join(parts)
+
+
 SOURCES: dict[str, Callable[[], str]] = {
     r"results/default-digits\.json": default_run,
     r"benchmarks/results/gradient_cache_[\w-]+\.json": gradient_cache_table,
@@ -335,6 +360,7 @@ SOURCES: dict[str, Callable[[], str]] = {
     r"benchmarks/results/recipe_vs_loop_cpu\.json": recipe_vs_loop,
     r"benchmarks/results/install_size\.json": install_size,
     r"benchmarks/results/ci_time\.json": ci_time,
+    r"benchmarks/results/stream_vs_map_cpu\.json": stream_vs_map,
 }
 
 
