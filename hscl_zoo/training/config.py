@@ -26,6 +26,7 @@ from hscl_zoo.configs import read_config_text
 from hscl_zoo.data.labelling import check_labelled_fraction
 from hscl_zoo.losses.hardening import LinearThresholdSchedule
 from hscl_zoo.losses.methods import METHODS, MethodSpec
+from hscl_zoo.training.overrides import coerce, parse_value, split_argv
 
 MIN_IMAGE_SIZE = 8
 """The smallest side a run trains at: SimCLR's blur pads by at least one pixel each side, and a
@@ -238,7 +239,7 @@ class PretrainConfig:
             raise ValueError(
                 f"{source}: unknown key(s) {', '.join(hints)}. Valid keys: {', '.join(cls.field_names())}."
             )
-        return cls(**{k: _coerce(k, v, source) for k, v in values.items()})
+        return cls(**{k: coerce(k, v, _allowed_types(k), source) for k, v in values.items()})
 
     @classmethod
     def from_sources(cls, config_path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainConfig:
@@ -256,7 +257,7 @@ class PretrainConfig:
             cls.from_dict(loaded, source=source)
             values.update(loaded)
         if overrides:
-            parsed = {k: _parse_override(k, v) if isinstance(v, str) else v for k, v in overrides.items()}
+            parsed = {k: parse_value(k, v, _allowed_types(k)) if isinstance(v, str) else v for k, v in overrides.items()}
             cls.from_dict(parsed, source="command line")
             values.update(parsed)
         return cls.from_dict(values)
@@ -339,68 +340,11 @@ def _allowed_types(key: str) -> tuple[type, ...]:
     return typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
 
 
-def _parse_override(key: str, raw: str) -> Any:
-    """A command-line value: kept as text for text keys (so `--mixed_precision no` stays "no"),
-    parsed as a YAML scalar otherwise; `null` / `none` unset a key that may be unset."""
-    allowed = _allowed_types(key)
-    if raw.strip().lower() in ("null", "none", "~") and type(None) in allowed:
-        return None
-    if str in allowed:
-        return raw
-    for number in (int, float):
-        if number in allowed or (number is int and float in allowed):
-            try:
-                return number(raw)
-            except ValueError:
-                pass
-    try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError as error:
-        raise ValueError(f"--{key} {raw!r} is not a valid value: {' '.join(str(error).split())}") from None
-
-
-def _coerce(key: str, value: Any, source: str) -> Any:
-    """Check a value against the field's annotated type; ints are accepted where floats are."""
-    allowed = _allowed_types(key)
-    if value is None and type(None) in allowed:
-        return None
-    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if int in allowed and isinstance(value, float) and value.is_integer() and float not in allowed:
-        return int(value)
-    if str in allowed and isinstance(value, bool):
-        return "yes" if value else "no"  # YAML 1.1 reads `mixed_precision: no` as false
-    if str in allowed and isinstance(value, (int, float)):
-        return str(value)
-    if any(t is not type(None) and isinstance(value, t) and not (t is int and isinstance(value, bool)) for t in allowed):
-        return value
-    names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-    raise ValueError(f"{source}: {key}={value!r} must be {names}.")
-
-
 def parse_overrides(argv: list[str]) -> dict[str, str]:
     """Turn ['--lr', '0.01', '--epochs=3', '--skip_unreadable'] into {'lr': '0.01', 'epochs': '3',
     'skip_unreadable': 'true'}: a true/false key given bare (last, or before the next --key) is true,
     as a flag is on ``hscl-zoo eval`` and ``embed``."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--"):
-            raise ValueError(f"unexpected argument {arg!r}: settings are given as --key value.")
-        key = arg[2:]
-        if "=" in key:
-            key, value = key.split("=", 1)
-        elif bool in _allowed_types(key) and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
-            value = "true"
-        elif i + 1 < len(argv):
-            value = argv[i + 1]
-            i += 1
-        else:
-            raise ValueError(f"{arg} needs a value: --{key} VALUE.")
-        out[key] = value
-        i += 1
-    return out
+    return split_argv(argv, lambda key: bool in _allowed_types(key))
 
 
 __all__ = ["PretrainConfig", "parse_overrides"]
