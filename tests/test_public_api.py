@@ -38,6 +38,7 @@ CONFIG_KEYS = [
     "dataset", "data_dir", "subset", "full_test", "views", "label_positive_pairing", "labelled_fraction",
     "train_on_unlabelled",
     "image_column", "label_column", "train_split", "test_split", "test_fraction", "skip_unreadable", "mean", "std",
+    "streaming", "stream_buffer_size", "stream_epoch_examples", "stream_eval_examples",
     "backbone", "stem", "image_size",
     "method", "temperature", "beta", "threshold_start", "threshold_end", "tau_plus", "positives", "M",
     "unlabelled_negatives", "queue_size", "queue_positives", "queue_start_epoch",

@@ -310,6 +310,18 @@ class StreamLoader:
     def epoch(self) -> int:
         return self.dataset.epoch
 
+    def __len__(self) -> int:
+        """Steps in an epoch where the split's length is known: at most its rows over the processes'
+        batches (a process whose shard runs out first ends the epoch sooner), or ``max_steps``.
+        TypeError for a stream of unknown length without ``max_steps``."""
+        rows = self.dataset.source.rows
+        full = rows // (self.batch_size * self.dataset.world_size) if rows is not None else None
+        if self.max_steps is not None:
+            return self.max_steps if full is None else min(self.max_steps, full)
+        if full is None:
+            raise TypeError(f"{self.dataset.source.name}: a stream of unknown length has no len()")
+        return full
+
     @property
     def unreadable(self) -> int:
         """Unreadable images left out so far in the current epoch (with ``skip_unreadable``)."""

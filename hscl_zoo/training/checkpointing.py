@@ -15,7 +15,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from accelerate import Accelerator
 from accelerate.utils.other import load as accelerate_load
@@ -28,6 +28,16 @@ CHECKPOINT_DIR = "checkpoints"
 MARKER = "state.json"
 QUEUE_FILE = "queue.safetensors"
 GENERATOR_FILE = "augment_generator_{}.safetensors"
+STREAM_FILE = "stream_position_{}.json"
+"""Each process's place in a streamed training split (`hscl_zoo.data.streaming.StreamLoader`)."""
+
+
+class StreamPosition(Protocol):
+    """What a checkpoint keeps of a stream: its position, as JSON."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 NAME = re.compile(r"epoch_(\d+)(?:_step_(\d+))?")
 RNG_KEYS = ("random_state", "numpy_random_seed", "torch_manual_seed")
 MB = 2**20
@@ -100,9 +110,10 @@ def save_checkpoint(
     keep: int = 2,
     queue: MemoryQueue | None = None,
     generator: torch.Generator | None = None,
+    stream: StreamPosition | None = None,
 ) -> Path:
     """Save model, optimizer and RNG states (and the loss's `queue`, and this process's batched
-    augmentation `generator`, if any) after `epoch` epochs and `step` steps of the next, then drop all but the newest `keep`. Raises NoSpaceError, with
+    augmentation `generator` and stream position, if any) after `epoch` epochs and `step` steps of the next, then drop all but the newest `keep`. Raises NoSpaceError, with
     nothing of this checkpoint left behind, when it does not fit."""
     root = Path(run_dir) / CHECKPOINT_DIR
     name = checkpoint_name(epoch, step)
@@ -127,6 +138,8 @@ def save_checkpoint(
             save_file(queue.state_dict(), str(partial / QUEUE_FILE))
         if generator is not None:
             save_file({"state": generator.get_state()}, str(partial / GENERATOR_FILE.format(accelerator.process_index)))
+        if stream is not None:
+            (partial / STREAM_FILE.format(accelerator.process_index)).write_text(json.dumps(stream.state_dict()))
     except Exception as error:
         if not _out_of_space(error, root):
             raise
@@ -167,9 +180,10 @@ def check_rng_file(accelerator: Accelerator, checkpoint: Path) -> None:
 
 
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path, *, queue: MemoryQueue | None = None,
-                    generator: torch.Generator | None = None) -> dict[str, Any]:
+                    generator: torch.Generator | None = None, stream: StreamPosition | None = None) -> dict[str, Any]:
     """Restore a checkpoint written by `save_checkpoint` (into `queue` too, which must then have
-    been saved with it, and into `generator` when it was saved with one); return its state.json."""
+    been saved with it, and into `generator` and `stream` when it was saved with them); return its
+    state.json."""
     try:
         state = json.loads((checkpoint / MARKER).read_text())
         check_rng_file(accelerator, checkpoint)
@@ -179,6 +193,9 @@ def load_checkpoint(accelerator: Accelerator, checkpoint: Path, *, queue: Memory
         saved_generator = checkpoint / GENERATOR_FILE.format(accelerator.process_index)
         if generator is not None and saved_generator.is_file():
             generator.set_state(load_file(str(saved_generator))["state"])
+        saved_stream = checkpoint / STREAM_FILE.format(accelerator.process_index)
+        if stream is not None:
+            stream.load_state_dict(json.loads(saved_stream.read_text()))
     except Exception as error:  # noqa: BLE001 - any failure here means the files are unusable
         others = [p.name for p in checkpoint_dirs(checkpoint.parent.parent) if p != checkpoint]
         fallback = (

@@ -67,6 +67,11 @@ class PretrainConfig:
     skip_unreadable: bool = False  # leave out images that do not decode (else an error naming them)
     mean: list | None = None  # per-channel RGB mean in [0, 1] (None: the dataset's, measured for own data)
     std: list | None = None  # per-channel RGB std (None: as mean)
+    # streaming (the training split read as a stream: docs, Training at scale)
+    streaming: bool = False  # read the training split with datasets' streaming=True, sharded over processes; no copy on disk
+    stream_buffer_size: int = 10000  # examples in the seeded shuffle buffer, mixing shards (its order changes every epoch); a split stored sorted by class needs one spanning several classes
+    stream_epoch_examples: int | None = None  # training examples an epoch holds at most (None: one pass over the split)
+    stream_eval_examples: int = 10000  # training examples, class-balanced from the shuffled stream, the kNN monitor and the final probe fit on
     # model
     backbone: str = "resnet18"  # a timm model name
     stem: str = "default"  # "small" (3x3 stride-1 conv, no max-pool), "default" (timm's), "auto" (small up to 64 px)
@@ -191,6 +196,8 @@ class PretrainConfig:
                 raise ValueError(f"{key}={value!r}: give three numbers, one per RGB channel (std > 0), or unset it.")
         check_labelled_fraction(self.labelled_fraction)
         self._validate_large_batch()
+        if self.streaming:
+            self._validate_streaming()
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode={self.compile_mode!r}: use one of {', '.join(map(repr, COMPILE_MODES))}.")
         if self.device_data and (self.gpu_augment is False or self.cache_images is False):
@@ -223,6 +230,23 @@ class PretrainConfig:
                              "Set positives labels or drop queue_positives.")
 
     # ---- construction ----
+
+    def _validate_streaming(self) -> None:
+        refused = {"subset": self.subset is not None, "label_positive_pairing": self.label_positive_pairing,
+                   "labelled_fraction": self.labelled_fraction != 1.0, "train_on_unlabelled": not self.train_on_unlabelled,
+                   "gpu_augment": bool(self.gpu_augment), "cache_images": bool(self.cache_images),
+                   "device_data": bool(self.device_data)}
+        given = [key for key, on in refused.items() if on]
+        if given:
+            raise ValueError(f"streaming=true reads the training split as a stream, augmented in DataLoader workers: it does not "
+                             f"take {', '.join(given)}; drop {'it' if len(given) == 1 else 'them'} or drop streaming.")
+        for key in ("stream_buffer_size", "stream_epoch_examples", "stream_eval_examples"):
+            value = getattr(self, key)
+            if value is not None and value < (0 if key == "stream_buffer_size" else 1):
+                raise ValueError(f"{key}={value} must be {'>= 0' if key == 'stream_buffer_size' else '>= 1'}.")
+        if self.stream_epoch_examples is not None and self.stream_epoch_examples < self.batch_size:
+            raise ValueError(f"stream_epoch_examples={self.stream_epoch_examples} is fewer than one batch of "
+                             f"{self.batch_size}; raise it or lower batch_size.")
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -296,7 +320,7 @@ class PretrainConfig:
     def fast_path(self, device_type: str) -> dict[str, bool]:
         """The fast-path switches resolved for a device: unset ones are on for CUDA only."""
         on_gpu = device_type == "cuda"
-        gpu_augment = on_gpu if self.gpu_augment is None else self.gpu_augment
+        gpu_augment = on_gpu and not self.streaming if self.gpu_augment is None else self.gpu_augment
         cache_images = gpu_augment if self.cache_images is None else self.cache_images
         device_data = on_gpu and gpu_augment and cache_images and not self.label_positive_pairing
         return {

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from hscl_zoo.data.overlap import OverlappedViews
 from hscl_zoo.data.resident import ResidentBatches
+from hscl_zoo.data.streaming import StreamLoader
 from hscl_zoo.training.checkpointing import latest_checkpoint, load_checkpoint, save_checkpoint
 from hscl_zoo.training.monitoring import collapse_warning, diagnostics_meter, reduce_diagnostics, rewrite_metrics_upto
 from hscl_zoo.training.state import EpochStart, RunState
@@ -102,8 +103,9 @@ def train_epochs(run: RunState) -> int | None:
     start_epoch, start = 1, EpochStart()
     metrics_path = run_dir / "metrics.jsonl"
     generator = parts.augment.generator if parts.augment is not None else None
+    stream = parts.loader if isinstance(parts.loader, StreamLoader) else None
     if run.resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(accelerator, checkpoint, queue=parts.loss_fn.queue, generator=generator)
+        state = load_checkpoint(accelerator, checkpoint, queue=parts.loss_fn.queue, generator=generator, stream=stream)
         start_epoch = state["epoch"] + 1
         start = EpochStart(state.get("step", 0), state.get("loss_sum", 0.0), state.get("diagnostics"))
         if accelerator.is_main_process:
@@ -121,9 +123,11 @@ def train_epochs(run: RunState) -> int | None:
         if "stopped_by" in record:
             kept = {key: record[key] for key in ("loss_sum", "diagnostics") if key in record}
             save_checkpoint(accelerator, run_dir, epoch - 1, {"config": cfg.to_dict(), **kept}, step=record["step"],
-                            keep=cfg.keep_checkpoints, queue=parts.loss_fn.queue, generator=generator)
+                            keep=cfg.keep_checkpoints, queue=parts.loss_fn.queue, generator=generator, stream=stream)
             announce_stop(accelerator, record["stopped_by"], f"in epoch {epoch} after step {record['step']}", run_dir)
             return record["stopped_by"]
+        if stream is not None and cfg.skip_unreadable:
+            record["unreadable_skipped"] = stream.epoch_unreadable
         if accelerator.is_main_process:
             if run.data.class_names and due(epoch, cfg.monitor_every, cfg.epochs):
                 monitor_started = time.perf_counter()
@@ -141,7 +145,7 @@ def train_epochs(run: RunState) -> int | None:
         stopped_by = run.stop.requested(accelerator)
         if stopped_by is not None or due(epoch, cfg.checkpoint_every, cfg.epochs):
             save_checkpoint(accelerator, run_dir, epoch, {"config": cfg.to_dict()}, keep=cfg.keep_checkpoints,
-                            queue=parts.loss_fn.queue)
+                            queue=parts.loss_fn.queue, stream=stream)
         if stopped_by is not None:
             announce_stop(accelerator, stopped_by, f"after epoch {epoch}", run_dir)
             return stopped_by
@@ -162,6 +166,8 @@ def begin_epoch(run: RunState, epoch: int, skip: int = 0) -> Iterable:
     parts.model.train()
     if not skip:
         return parts.loader
+    if isinstance(parts.loader, StreamLoader):
+        return parts.loader  # the checkpoint restored its position within the epoch
     if isinstance(parts.loader, ResidentBatches):
         return parts.loader.skip_first_batches(skip)
     batches = run.accelerator.skip_first_batches(parts.loader, skip)

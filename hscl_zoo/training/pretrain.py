@@ -137,7 +137,7 @@ def pretrain(argv: list[str], prog: str | None = None) -> dict[str, Any]:
     clock["arguments"] = time.perf_counter()
     data, cfg = load_training_data(cfg, accelerator)
     clock["data"] = time.perf_counter()
-    if cfg.batch_size > len(data.train):
+    if not cfg.streaming and cfg.batch_size > len(data.train):  # a stream checks its own length
         raise SystemExit(
             f"error: batch_size {cfg.batch_size} is larger than the {len(data.train)} training images of "
             f"{cfg.dataset}{f' (subset {cfg.subset})' if cfg.subset else ''}: no full batch exists. "

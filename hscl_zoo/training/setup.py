@@ -31,6 +31,8 @@ from hscl_zoo.data.raw_images import (
     workers_need_shared_memory,
 )
 from hscl_zoo.data.resident import ResidentBatches
+from hscl_zoo.data.stream_eval import stream_eval_data, stream_spec
+from hscl_zoo.data.streaming import StreamingViews, StreamLoader, open_stream
 from hscl_zoo.data.sources import source_options
 from hscl_zoo.data.transforms import simclr_transform
 from hscl_zoo.data.views import MultiViewDataset
@@ -163,8 +165,14 @@ def load_training_data(cfg: PretrainConfig, accelerator: Accelerator) -> tuple[L
     Raises ValueError before training when the method (or label-positive pairing) needs labels
     and the data has none."""
     with accelerator.main_process_first():
-        data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
-                           **source_options(cfg.to_dict()))
+        if cfg.streaming:
+            spec = stream_spec(cfg.dataset, image_size=cfg.image_size, mean=cfg.mean, std=cfg.std)
+            data = stream_eval_data(cfg.dataset, cfg.data_dir, examples=cfg.stream_eval_examples, spec=spec,
+                                    columns={"image_column": cfg.image_column, "label_column": cfg.label_column},
+                                    train_split=cfg.train_split, test_split=cfg.test_split, seed=cfg.seed)
+        else:
+            data = load_splits(cfg.dataset, cfg.data_dir, subset=cfg.subset, seed=cfg.seed, full_test=cfg.full_test,
+                               **source_options(cfg.to_dict()))
     data = partly_labelled(data, cfg.labelled_fraction, seed=cfg.seed)
     if not cfg.train_on_unlabelled:
         data = data.labelled()
@@ -239,6 +247,8 @@ def training_views(
     augmentation = simclr_transform(image_size, mean=cfg.mean or data.spec.mean, std=cfg.std or data.spec.std)
     augment = None
     per_process = cfg.batch_size // accelerator.num_processes
+    if cfg.streaming:
+        return streamed_views(cfg, data, augmentation, accelerator)
     if device_data:
         train_set = RawImageDataset(data.train, cache=True)
         augment = BatchSimCLRAugment.from_transform(augmentation, views=cfg.views, seed=cfg.seed,
@@ -264,6 +274,29 @@ def training_views(
     if warning and accelerator.is_local_main_process:
         print(warning, flush=True)
     return train_set, augment, loader
+
+
+def streamed_views(cfg: PretrainConfig, data: LoadedData, augmentation: Any,
+                   accelerator: Accelerator) -> tuple[StreamingViews, None, StreamLoader]:
+    """The training split as a stream (`hscl_zoo.data.streaming`): this process's shard, shuffled
+    per epoch, views cut in DataLoader workers, batches kept in step over processes (each batch only
+    when every process has one, so all take the same steps)."""
+    source = open_stream(cfg.dataset, split=cfg.train_split or data.spec.train_split, data_dir=cfg.data_dir,
+                         image_column=cfg.image_column, label_column=cfg.label_column,
+                         needs_labels=cfg.positives == "labels" or cfg.method_spec.reads_labels)
+    world = accelerator.num_processes
+    views = StreamingViews(source, augmentation, views=cfg.views, seed=cfg.seed, buffer_size=cfg.stream_buffer_size,
+                           rank=accelerator.process_index, world_size=world, skip_unreadable=cfg.skip_unreadable)
+
+    def all_have(have: bool) -> bool:
+        flag = torch.tensor([float(have)], device=accelerator.device)
+        return accelerator.reduce(flag, reduction="sum").item() == world
+
+    loader = StreamLoader(views, cfg.batch_size // world, num_workers=cfg.num_workers,
+                          all_have=all_have if world > 1 else None,
+                          max_steps=cfg.stream_epoch_examples // cfg.batch_size if cfg.stream_epoch_examples else None,
+                          pin_memory=accelerator.device.type == "cuda")
+    return views, None, loader
 
 
 def make_accelerator(cfg: PretrainConfig) -> Accelerator:
@@ -294,7 +327,7 @@ def prepare_training(cfg: PretrainConfig, data: LoadedData, image_size: int, acc
     if fast["channels_last"]:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(cfg, model.parameters(), fused=fast["fused_optimizer"])
-    if isinstance(loader, ResidentBatches):
+    if isinstance(loader, (ResidentBatches, StreamLoader)):
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -303,6 +336,7 @@ def prepare_training(cfg: PretrainConfig, data: LoadedData, image_size: int, acc
         augment.compile_kernels(mode=cfg.compile_mode)
     loss_fn = build_loss(cfg.method, **cfg.loss_kwargs())
     loss_fn.equal_batches = True  # the loader drops the last incomplete batch: batch_size / processes images each
-    loss_fn.labelled_only = bool((np.asarray(data.train.select_columns(["label"])["label"]) >= 0).all())  # checked once, not every step
+    # checked once, not every step (a stream's labels are not all known in advance)
+    loss_fn.labelled_only = not cfg.streaming and bool((np.asarray(data.train.select_columns(["label"])["label"]) >= 0).all())
     loss_fn.check_finite = False  # train_epoch checks each epoch's loss instead, without waiting every step
     return TrainingParts(encoder, model, train_set, augment, loader, forward, optimizer, loss_fn, fast)

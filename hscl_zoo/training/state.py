@@ -67,9 +67,12 @@ class RunState:
     resume: bool = False
 
     @property
-    def epoch_steps(self) -> int:
-        """Steps in a whole epoch (the batches' length)."""
-        return len(self.parts.loader)
+    def epoch_steps(self) -> int | None:
+        """Steps in a whole epoch (the batches' length; None for a stream of unknown length)."""
+        try:
+            return len(self.parts.loader)
+        except TypeError:
+            return None
 
 
 @dataclass
