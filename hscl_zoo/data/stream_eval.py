@@ -40,7 +40,12 @@ def stream_spec(source: str, *, image_size: int | None, mean: list | None, std: 
                          f"statistics; pass {', '.join(f'--{key}' for key in missing)} (for example --image_size 32 "
                          "--mean [0.5,0.5,0.5] --std [0.25,0.25,0.25]).")
     return DatasetSpec(name=source, hub_id=None, image_column="image", label_column="label", train_split="train",
-                       test_split="test", num_classes=0, image_size=int(image_size), mean=tuple(mean), std=tuple(std))
+                       test_split="test", num_classes=0, image_size=int(image_size), mean=tuple(mean), std=tuple(std),
+                       builder=_read_as_stream)
+
+
+def _read_as_stream(spec: DatasetSpec) -> tuple[datasets.Dataset, datasets.Dataset]:
+    raise ValueError(f"{spec.name} is read as a stream (streaming=true): its tables are never built whole.")
 
 
 def stream_eval_data(source: str, data_dir: str | None, *, examples: int, spec: DatasetSpec,
