@@ -13,6 +13,9 @@ needs, comma-separated:
 * ``<!-- doc-test: needs tudataset -->``: reads ``tu:NAME`` graphs from their default place, which
   here is ``$HSCL_ZOO_TU_ROOT`` set to the TU folders of ``../shared/data/tudataset`` (a user's
   machine downloads them); runs in a folder of its own.
+* ``<!-- doc-test: needs data/cifar10 -->``: reads ``data/cifar10``, a user's parquet copy of
+  CIFAR-10; here a sample of ``../shared/data/cifar10`` (320 training and 100 test rows, in the
+  file's order) in the shared scratch folder.
 
 A block without ``needs`` runs in a folder of its own. Shell blocks run under ``bash -euo
 pipefail`` with this interpreter's scripts (``hscl-zoo``) first on the PATH.
@@ -35,8 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = {"python": "python", "bash": "bash", "sh": "bash", "shell": "bash", "console": "bash"}
 MARKER = re.compile(r"^<!-- doc-test: (.*) -->$")
-NEEDS = ("runs/default", "photos/", "tudataset")
+NEEDS = ("runs/default", "photos/", "tudataset", "data/cifar10")
 TU_ROOT = REPO.parent / "shared" / "data" / "tudataset"
+CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
 TIMEOUT = 900
 
 
@@ -143,6 +147,16 @@ def _provide(need: str, root: Path) -> None:
                    "1", "--probe_epochs", "2", "--backbone", "resnet10t", "--monitor_train_size", "64",
                    "--output_dir", "runs/default"]
         subprocess.run(command, cwd=root, env=_env(), capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    if need == "data/cifar10" and not (root / "data" / "cifar10").is_dir():
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        (root / "data" / "cifar10").mkdir(parents=True)
+        for split, rows in (("train", 320), ("test", 100)):
+            (source,) = sorted(CIFAR10.rglob(f"{split}-*.parquet"))[:1]
+            table = pq.read_table(source)
+            keep = np.sort(np.random.default_rng(0).choice(len(table), rows, replace=False))
+            pq.write_table(table.take(keep), root / "data" / "cifar10" / f"{split}-00000-of-00001.parquet", row_group_size=64)
     if need == "photos/" and not (root / "photos").is_dir():
         from hscl_zoo.data.datasets import load_splits
 
@@ -167,6 +181,8 @@ def test_block_runs(block: Block, shared: Path, tmp_path: Path) -> None:
             pytest.skip(f"{block.id}: {missing_data(TU_ROOT)}")
         _run(block, _workspace(tmp_path / "ws"), HSCL_ZOO_TU_ROOT=str(TU_ROOT))
     elif block.needs:
+        if "data/cifar10" in block.needs and not CIFAR10.is_dir():
+            pytest.skip(f"{block.id}: {missing_data(CIFAR10)}")
         for need in block.needs:
             _provide(need, shared)
         _run(block, shared)
