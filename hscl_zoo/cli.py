@@ -174,7 +174,7 @@ def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.graph_recipe import eval_command, is_graph_command
+    from hscl_zoo.graphs.recipe import eval_command, is_graph_command
 
     if is_graph_command(args.model, args.dataset):
         eval_command(args)
@@ -186,7 +186,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.graph_recipe import embed_command, is_graph_command
+    from hscl_zoo.graphs.recipe import embed_command, is_graph_command
 
     if is_graph_command(args.model, args.images):
         embed_command(args)
@@ -219,7 +219,7 @@ def _graph_dataset_given(settings: Sequence[str]) -> bool:
 
 def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
     if _graph_dataset_given(settings):
-        from hscl_zoo.training.graph_recipe import train_main
+        from hscl_zoo.graphs.recipe import train_main
 
         train_main(list(settings), prog=f"{PROG} train")
         return 0
@@ -263,12 +263,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.graph_recipe import graph_model_folder
+    from hscl_zoo.graphs.recipe import graph_model_folder
     from hscl_zoo.training.release import register_release, registry_entry_text
 
     command = shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None
     if graph_model_folder(str(args.run_dir / "hub")) is not None:
-        from hscl_zoo.training.graph_release import build_graph_release
+        from hscl_zoo.graphs.release import build_graph_release
 
         if args.dtype not in (None, "fp32"):
             raise ValueError(f"--dtype {args.dtype}: a graph encoder (a few hundred KB) is released in float32 as "

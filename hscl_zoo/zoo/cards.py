@@ -320,7 +320,7 @@ def render_card(
 
 
 def _rendered() -> dict[str, str]:
-    from hscl_zoo.zoo.graph_cards import render_graph_card
+    from hscl_zoo.graphs.cards import render_graph_card
 
     return {f"{entry.name}.md": render_graph_card(entry) if entry.modality == "graph"
             else render_card(entry, evidence_results=results_dir()) for entry in registry.entries()}
