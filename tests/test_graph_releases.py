@@ -25,7 +25,7 @@ from hscl_zoo.graphs.protocol import GRAPH_VARIANTS
 from hscl_zoo.graphs.release import build_graph_release
 from hscl_zoo.graphs.saving import load_graph_encoder
 from hscl_zoo.graphs.summary import release_variant
-from hscl_zoo.training.release import ReleaseRefused, register_release
+from hscl_zoo.publishing.release import ReleaseRefused, register_release
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.releases import RELEASES_ENV
 

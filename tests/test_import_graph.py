@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "hscl_zoo._table", "hscl_zoo._version", "hscl_zoo.config_help", "hscl_zoo.configs", "hscl_zoo.protocol")),
     ("data", ("hscl_zoo.data", "hscl_zoo.data.*")),
     ("losses", ("hscl_zoo.losses", "hscl_zoo.losses.*")),
+    ("config", ("hscl_zoo.training.config",)),
     ("graphs", ("hscl_zoo.graphs", "hscl_zoo.graphs.*")),
     ("files", ("hscl_zoo.zoo.hub", "hscl_zoo.zoo.model_types", "hscl_zoo.zoo.registry", "hscl_zoo.zoo.releases",
                "hscl_zoo.zoo.saving", "hscl_zoo.zoo.schema", "hscl_zoo.zoo.shards")),
@@ -35,7 +36,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "hscl_zoo.graphs.summary")),
     ("zoo", ("hscl_zoo.zoo", "hscl_zoo.zoo.*", "hscl_zoo.graphs.cards")),
     ("evaluation", ("hscl_zoo.embedding", "hscl_zoo.evaluation", "hscl_zoo.export", "hscl_zoo.graphs.recipe")),
-    ("training", ("hscl_zoo.training", "hscl_zoo.training.*", "hscl_zoo.graphs.release")),
+    ("publishing", ("hscl_zoo.publishing", "hscl_zoo.publishing.*", "hscl_zoo.graphs.release")),
+    ("training", ("hscl_zoo.training", "hscl_zoo.training.*")),
     ("evidence", ("hscl_zoo.reproduction.evidence",)),
     ("top", ("hscl_zoo", "hscl_zoo.cli")),
 )

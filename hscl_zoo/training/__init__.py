@@ -9,10 +9,9 @@ monitors, and the Hub-ready folder at the end.
     monitoring      the kNN monitor, the paper's diagnostics, metrics.jsonl upkeep
     checkpointing   per-epoch checkpoints that a crash cannot corrupt (and the loss's memory queue)
     steps           the gradient-cache step the loop takes with chunk_size
-    publishing      the run's training summary, model card and metrics beside its weights
-    release         ``hscl-zoo release``: a trained run into a pinned zoo release
 
-Graph datasets train through `hscl_zoo.graphs.recipe` instead. The names below load on first use,
+The Hub-ready folder and releases are `hscl_zoo.publishing`'s; graph datasets train through
+`hscl_zoo.graphs.recipe`. The names below load on first use,
 so that importing the package loads no torch.
 """
 

@@ -33,7 +33,7 @@ TRAINING_KEYS = ("dataset", "method", "hyperparameters", "epochs", "global_batch
                  "expected_negatives_per_anchor")
 """Keys a training summary must have (others are kept as given). ``expected_negatives_per_anchor``
 is the count the global batch size implies
-(``hscl_zoo.training.publishing.expected_negatives_per_anchor``), not a measurement."""
+(``hscl_zoo.publishing.hub_folder.expected_negatives_per_anchor``), not a measurement."""
 
 
 @dataclass(frozen=True)
