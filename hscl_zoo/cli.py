@@ -337,7 +337,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
 
 def _cmd_cards(args: argparse.Namespace) -> int:
-    from hscl_zoo.zoo import cards
+    from hscl_zoo.publishing import cards
 
     return cards.main(["--out", str(args.out)] + (["--check"] if args.check else []))
 
