@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("hscl_zoo.training.config",)),
     ("graphs", ("hscl_zoo.graphs", "hscl_zoo.graphs.*")),
     ("files", ("hscl_zoo.zoo.hub", "hscl_zoo.zoo.model_types", "hscl_zoo.zoo.registry", "hscl_zoo.zoo.releases",
-               "hscl_zoo.zoo.saving", "hscl_zoo.zoo.schema", "hscl_zoo.zoo.shards")),
+               "hscl_zoo.zoo.saving", "hscl_zoo.zoo.schema", "hscl_zoo.zoo.shards", "hscl_zoo.zoo.sources")),
     ("models", ("hscl_zoo.models", "hscl_zoo.timm_models")),
     ("measures", ("hscl_zoo.audit", "hscl_zoo.features", "hscl_zoo.probes", "hscl_zoo.retrieval")),
     ("zoo", ("hscl_zoo.zoo", "hscl_zoo.zoo.*", "hscl_zoo.graphs.cards")),
