@@ -174,7 +174,7 @@ def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.graph_recipe import eval_command, is_graph_command
+    from hscl_zoo.graphs.recipe import eval_command, is_graph_command
 
     if is_graph_command(args.model, args.dataset):
         eval_command(args)
@@ -186,7 +186,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_embed(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.graph_recipe import embed_command, is_graph_command
+    from hscl_zoo.graphs.recipe import embed_command, is_graph_command
 
     if is_graph_command(args.model, args.images):
         embed_command(args)
@@ -219,7 +219,7 @@ def _graph_dataset_given(settings: Sequence[str]) -> bool:
 
 def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
     if _graph_dataset_given(settings):
-        from hscl_zoo.training.graph_recipe import train_main
+        from hscl_zoo.graphs.recipe import train_main
 
         train_main(list(settings), prog=f"{PROG} train")
         return 0
@@ -263,12 +263,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.graph_recipe import graph_model_folder
-    from hscl_zoo.training.release import register_release, registry_entry_text
+    from hscl_zoo.graphs.recipe import graph_model_folder
+    from hscl_zoo.publishing.release import register_release, registry_entry_text
 
     command = shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None
     if graph_model_folder(str(args.run_dir / "hub")) is not None:
-        from hscl_zoo.training.graph_release import build_graph_release
+        from hscl_zoo.graphs.release import build_graph_release
 
         if args.dtype not in (None, "fp32"):
             raise ValueError(f"--dtype {args.dtype}: a graph encoder (a few hundred KB) is released in float32 as "
@@ -280,7 +280,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
               f"{100 * evaluation['svm']['accuracy_mean']:.2f}% over {len(evaluation['svm']['folds'])} folds, head "
               f"accuracy {100 * evaluation['head_accuracy']:.2f}% on {evaluation['graphs']} graphs")
     else:
-        from hscl_zoo.training.release import build_release
+        from hscl_zoo.publishing.release import build_release
 
         if args.data_dir is not None or args.selection is not None:
             raise ValueError("--data_dir and --selection apply to graph runs; an image run's data is in its config.")
@@ -301,7 +301,7 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.release import register_release, release_entry
+    from hscl_zoo.publishing.release import register_release, release_entry
 
     entries = {folder.name: release_entry(folder) for folder in args.folders}  # every folder checked before a write
     for name, entry in entries.items():
@@ -310,8 +310,8 @@ def _cmd_register(args: argparse.Namespace) -> int:
 
 
 def _cmd_push(args: argparse.Namespace) -> int:
-    from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder
-    from hscl_zoo.training.release import EVAL_NAME, push_release
+    from hscl_zoo.publishing.hub_folder import push_hub_folder, rebuild_hub_folder
+    from hscl_zoo.publishing.release import EVAL_NAME, push_release
 
     if (args.run_or_dir / EVAL_NAME).is_file():
         if args.dry_run or args.out or args.name:
@@ -337,7 +337,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
 
 def _cmd_cards(args: argparse.Namespace) -> int:
-    from hscl_zoo.zoo import cards
+    from hscl_zoo.publishing import cards
 
     return cards.main(["--out", str(args.out)] + (["--check"] if args.check else []))
 

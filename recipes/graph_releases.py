@@ -20,10 +20,10 @@ from pathlib import Path
 
 from hscl_zoo.graphs.catalog import GRAPH_DATASETS
 from hscl_zoo.graphs.protocol import GRAPH_VARIANTS
-from hscl_zoo.reproduction.graph_summary import load_records, release_variant
-from hscl_zoo.training.graph_recipe import train_main
-from hscl_zoo.training.graph_release import build_graph_release
-from hscl_zoo.training.release import register_release
+from hscl_zoo.graphs.recipe import train_main
+from hscl_zoo.graphs.release import build_graph_release
+from hscl_zoo.graphs.summary import load_records, release_variant
+from hscl_zoo.publishing.release import register_release
 from hscl_zoo.zoo import registry
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hscl_zoo.training.publishing import push_hub_folder, rebuild_hub_folder
+from hscl_zoo.publishing.hub_folder import push_hub_folder, rebuild_hub_folder
 
 
 def main(argv: list[str] | None = None) -> Path:

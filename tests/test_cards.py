@@ -12,7 +12,8 @@ import yaml
 
 from hscl_zoo.configs import config_file
 from hscl_zoo.models import create_model
-from hscl_zoo.zoo import cards
+from hscl_zoo.publishing import cards
+from hscl_zoo.publishing.cards import registry_card
 from hscl_zoo.zoo.cards import render_card
 from hscl_zoo.zoo.registry import info, list_models
 
@@ -40,7 +41,7 @@ def trained_config():
 
 def test_checked_in_cards_equal_regenerated_ones():
     assert sorted(p.stem for p in CARDS.glob("*.md")) == list_models()
-    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.zoo.cards --out model_cards"
+    assert cards.check_cards(CARDS) == [], "run: python -m hscl_zoo.publishing.cards --out model_cards"
 
 
 def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
@@ -56,7 +57,7 @@ def test_check_command_reports_stale_missing_and_extra_cards(tmp_path, capsys):
     ])
     assert cards.main(["--out", str(out), "--check"]) == 1
     stderr = capsys.readouterr().err
-    assert "out of date" in stderr and f"python -m hscl_zoo.zoo.cards --out {out}" in stderr
+    assert "out of date" in stderr and f"python -m hscl_zoo.publishing.cards --out {out}" in stderr
     assert cards.main(["--out", str(out)]) == 0
     assert cards.check_cards(out) == [f"not a zoo name: {out / 'simclr-cifar10.md'}"]
 
@@ -211,7 +212,7 @@ def _evidence_results(tmp_path: Path, budget: str, top1: dict[tuple[str, int], f
 def test_registry_card_quotes_the_method_at_its_datasets_evidence_budget(tmp_path):
     results = _evidence_results(tmp_path, "cpu-cifar10-10k", {
         ("scl", 0): 50.0, ("scl", 1): 52.0, ("hscl-beta", 0): 53.0, ("hscl-beta", 1): 56.0})
-    card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    card = registry_card(info("hscl-beta-cifar10"), results)
     section = card.split("### H-SCL(β) at CPU budgets (not this model, not the paper's budget)", 1)[1]
     # mean 54.5, sample sd sqrt(2 * 1.5^2) = 2.12; per-seed differences 3 and 4: mean 3.5, standard
     # error 0.5, t(0.975, 1 df) = 12.706: 3.5 -/+ 6.35
@@ -222,7 +223,7 @@ def test_registry_card_quotes_the_method_at_its_datasets_evidence_budget(tmp_pat
     assert "[evidence](../results/cpu-cifar10-10k/evidence/summary.md)" not in section
     (results / "cpu-cifar10-10k" / "evidence").mkdir()
     (results / "cpu-cifar10-10k" / "evidence" / "summary.md").write_text("# Evidence\n")
-    card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    card = registry_card(info("hscl-beta-cifar10"), results)
     assert "fine-tuning of its seed-0 encoders: [evidence](../results/cpu-cifar10-10k/evidence/summary.md)." in card
 
 
@@ -238,18 +239,18 @@ def test_checked_in_cards_links_reach_files_of_the_repository():
 
 def test_card_evidence_skips_other_methods_smoke_budgets_and_a_wheel(tmp_path):
     results = _evidence_results(tmp_path, "cpu-cifar10", {("scl", 0): 50.0, ("hscl-beta", 0): 53.0})
-    assert "at CPU budgets" not in render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    assert "at CPU budgets" not in registry_card(info("hscl-beta-cifar10"), results)
     results = _evidence_results(tmp_path / "b", "cpu-cifar10-10k", {("scl", 0): 50.0})
-    assert "at CPU budgets" not in render_card(info("hscl-beta-cifar10"), evidence_results=results)
-    assert "at CPU budgets" in render_card(info("scl-cifar10"), evidence_results=results)
-    assert "at CPU budgets" not in render_card(info("scl-cifar100"), evidence_results=results)
-    assert "at CPU budgets" not in render_card(info("scl-cifar10"), evidence_results=tmp_path / "absent")
+    assert "at CPU budgets" not in registry_card(info("hscl-beta-cifar10"), results)
+    assert "at CPU budgets" in registry_card(info("scl-cifar10"), results)
+    assert "at CPU budgets" not in registry_card(info("scl-cifar100"), results)
+    assert "at CPU budgets" not in registry_card(info("scl-cifar10"), tmp_path / "absent")
 
 
 def test_card_evidence_names_cpu_and_gpu_budgets_in_its_heading(tmp_path):
     results = _evidence_results(tmp_path, "cpu-cifar10-10k", {("scl", 0): 50.0, ("hscl-beta", 0): 53.0})
     _evidence_results(tmp_path, "gpu-cifar10", {("scl", 0): 80.0, ("hscl-beta", 0): 82.0})
-    card = render_card(info("hscl-beta-cifar10"), evidence_results=results)
+    card = registry_card(info("hscl-beta-cifar10"), results)
     assert "### H-SCL(β) at CPU and GPU budgets (not this model, not the paper's budget)" in card
     assert "| `gpu-cifar10` | 1 | 82.00 ± 0.00 |" in card
 

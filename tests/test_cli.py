@@ -28,7 +28,7 @@ from PIL import Image
 import hscl_zoo
 from hscl_zoo.cli import main
 from hscl_zoo.evaluation import evaluate_model
-from hscl_zoo.training.publishing import write_hub_folder
+from hscl_zoo.publishing.hub_folder import write_hub_folder
 from helpers import smoke_release
 
 REPO = Path(__file__).resolve().parents[1]

@@ -166,7 +166,7 @@ def _check_quotes(name: str, entry, folder: Path, evaluation: dict) -> None:
 def test_an_image_release_card_says_how_it_was_trained(name) -> None:
     """The card is its folder's files rendered, and names a shipped config only when the run started from one
     (the runs behind these releases took command-line arguments, and a paper config trains another model)."""
-    from hscl_zoo.training.release import release_card
+    from hscl_zoo.publishing.release import release_card
 
     folder = RELEASES / name
     config, evaluation = (json.loads((folder / f).read_text()) for f in ("config.json", "eval.json"))

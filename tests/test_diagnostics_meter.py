@@ -19,7 +19,7 @@ from hscl_zoo.losses.diagnostics import (
     negative_masses,
 )
 from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
-from hscl_zoo.losses.objective import log_weighted_mean_exp, normalized, pair_sets
+from hscl_zoo.losses.terms import log_weighted_mean_exp, normalized, pair_sets
 from rounding import near_a_boundary, reordered_sum_bound, unit_roundoff
 
 V = 2

@@ -18,15 +18,15 @@ from safetensors.torch import load_file, save_file
 
 import hscl_zoo
 from hscl_zoo.cli import main
+from hscl_zoo.graphs.cards import render_graph_card
 from hscl_zoo.graphs.catalog import load_graph_dataset
 from hscl_zoo.graphs.encoder import GraphEncoder
 from hscl_zoo.graphs.protocol import GRAPH_VARIANTS
+from hscl_zoo.graphs.release import build_graph_release
 from hscl_zoo.graphs.saving import load_graph_encoder
-from hscl_zoo.reproduction.graph_summary import release_variant
-from hscl_zoo.training.graph_release import build_graph_release
-from hscl_zoo.training.release import ReleaseRefused, register_release
+from hscl_zoo.graphs.summary import release_variant
+from hscl_zoo.publishing.release import ReleaseRefused, register_release
 from hscl_zoo.zoo import registry
-from hscl_zoo.zoo.graph_cards import render_graph_card
 from hscl_zoo.zoo.releases import RELEASES_ENV
 
 NAME = "hscl-beta-mutag.test-3ep"

@@ -3,7 +3,7 @@ and the claim's verdicts from intervals worked out by hand."""
 
 import math
 
-from hscl_zoo.reproduction.graph_summary import claim_rows, leak_rows, method_cells, quote_block, render_summary
+from hscl_zoo.graphs.summary import claim_rows, leak_rows, method_cells, quote_block, render_summary
 
 
 def _record(variant, method, seed, tests, inners=None, dataset="MUTAG", protocol="a"):
@@ -104,16 +104,16 @@ def test_the_summary_names_the_paper_numbers_beside_the_measured_ones():
 def test_the_readme_and_the_graphs_page_quote_the_committed_records():
     from pathlib import Path
 
-    from hscl_zoo.reproduction.graph_summary import load_records, quote_block
+    from hscl_zoo.graphs.summary import load_records, quote_block
     from hscl_zoo._files import replace_block
 
     root = Path(__file__).resolve().parents[1]
     expected = quote_block(load_records(root / "results/graphs-paper/records"))
     for page in (root / "README.md", root / "docs/graphs.md"):
         text = page.read_text()
-        assert replace_block(text, "graphs-paper", expected) == text, f"{page.name}: rerun graph_summary --quote"
+        assert replace_block(text, "graphs-paper", expected) == text, f"{page.name}: rerun python -m hscl_zoo.graphs.summary --quote"
     summary = root / "results/graphs-paper/summary.md"
-    from hscl_zoo.reproduction.graph_summary import render_summary
+    from hscl_zoo.graphs.summary import render_summary
 
     assert summary.read_text() == render_summary(load_records(root / "results/graphs-paper/records"))
 
@@ -122,7 +122,7 @@ def test_the_figure_draws_each_cells_mean_and_std_beside_table_2():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from hscl_zoo.reproduction.graph_figures import table_two_figure
+    from hscl_zoo.graphs.figures import table_two_figure
 
     records = [_record("ucl", "ucl", s, [t]) for s, t in enumerate([0.80, 0.90])]
     records += [_record("scl", "scl", s, [t], dataset="PTC_MR") for s, t in enumerate([0.50, 0.60, 0.70])]

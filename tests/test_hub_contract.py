@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from hscl_zoo._version import __version__
 from hscl_zoo.models import ContrastiveEncoder, create_model
-from hscl_zoo.zoo import hub
+from hscl_zoo.zoo import hub, sources
 from hscl_zoo.zoo.hub import ConfigMismatchError, ModelSource, NotCachedError, check_weights, load, load_weights, parse_source
 from hscl_zoo.zoo.registry import info
 from hscl_zoo.zoo.releases import pin_folder
@@ -135,7 +135,7 @@ def _weights(model: ContrastiveEncoder, path: Path, drop: tuple[str, ...] = (), 
 def test_offline_values_switch_offline_mode_on(monkeypatch: pytest.MonkeyPatch, online: None, value: str) -> None:
     """huggingface_hub's truthy spellings, in any case and with spaces around, mean offline."""
     monkeypatch.setenv("HF_HUB_OFFLINE", value)
-    assert hub._env_offline() is True
+    assert sources._env_offline() is True
 
 
 @pytest.mark.parametrize("value", [None, "", "0", "off", "no", "false", "2"])
@@ -144,14 +144,14 @@ def test_other_offline_values_leave_it_off(monkeypatch: pytest.MonkeyPatch, onli
     if value is not None:
         monkeypatch.setenv("HF_HUB_OFFLINE", value)
     monkeypatch.setenv("hf_hub_offline", "1")
-    assert hub._env_offline() is False
+    assert sources._env_offline() is False
 
 
 def test_huggingface_hubs_own_offline_flag_is_obeyed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Offline mode set through huggingface_hub (its constant, read at its import) counts too."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    assert hub._env_offline() is True
+    assert sources._env_offline() is True
 
 
 def test_env_offline_message_names_the_repo_main_revision_and_a_local_copy(offline: None, tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from safetensors.torch import load_file, save_file
 
 from hscl_zoo import assumption_fraction, build_loss, lemma_losses
 from hscl_zoo.losses.queue import MemoryQueue
+from hscl_zoo.publishing.hub_folder import training_summary
 from hscl_zoo.training import PretrainConfig
-from hscl_zoo.training.publishing import training_summary
 from hscl_zoo.training.steps import check_chunk_size
 from test_pretrain import ONE_STEP, first_step_inputs, load_recipe, run_main
 

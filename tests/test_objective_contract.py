@@ -13,14 +13,9 @@ import torch.nn.functional as F
 
 from hscl_zoo.losses.fused import _mask_keys, _own_entries, fused_applicable, fused_psi_sum, image_sets
 from hscl_zoo.losses.hardening import ExponentialTilt, Threshold
-from hscl_zoo.losses.objective import (
-    ContrastiveLoss,
-    debiased_log_mean,
-    log_weighted_mean_exp,
-    pair_sets,
-    validate_inputs,
-)
+from hscl_zoo.losses.objective import ContrastiveLoss
 from hscl_zoo.losses.queue import MemoryQueue
+from hscl_zoo.losses.terms import debiased_log_mean, log_weighted_mean_exp, pair_sets, validate_inputs
 from hscl_zoo.losses.reference import exp_tilt, reference_loss, threshold
 
 

@@ -18,7 +18,7 @@ import torch
 from hscl_zoo import build_loss
 from hscl_zoo.losses.fused import fused_applicable
 from hscl_zoo.losses.hardening import ExponentialTilt
-from hscl_zoo.losses.objective import debiased_log_mean
+from hscl_zoo.losses.terms import debiased_log_mean
 from hscl_zoo.losses.reference import (
     PRECISION_CASES,
     exp_tilt,

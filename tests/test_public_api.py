@@ -14,8 +14,8 @@ import types
 from pathlib import Path
 
 import hscl_zoo
+from hscl_zoo.publishing.hub_folder import training_summary
 from hscl_zoo.training.config import PretrainConfig
-from hscl_zoo.training.publishing import training_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from hscl_zoo.publishing.hub_folder import expected_negatives_per_anchor, training_summary
 from hscl_zoo.training import PretrainConfig
-from hscl_zoo.training.publishing import expected_negatives_per_anchor, training_summary
 
 
 def counted_negatives(batch: int, views: int, classes: int, supervised: bool) -> set[int]:

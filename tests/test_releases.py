@@ -17,10 +17,10 @@ from huggingface_hub import constants
 import hscl_zoo
 from hscl_zoo.cli import main as cli_main
 from hscl_zoo.models import create_model
+from hscl_zoo.publishing.release import ReleaseRefused, build_release, registry_entry_text
 from hscl_zoo.zoo import registry
 from hscl_zoo.zoo.hub import ChecksumMismatchError, NotCachedError, load
 from hscl_zoo.zoo.registry import ZooEntry
-from hscl_zoo.training.release import ReleaseRefused, build_release, registry_entry_text
 from hscl_zoo.zoo.releases import RELEASES_ENV, ReleaseFallbackWarning, pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
 from helpers import REPO as CHECKOUT, make_hub_cache
@@ -233,7 +233,7 @@ def test_a_bare_name_serves_its_best_release_each_recounted_exactly(run_dir, run
     """Two real fp16 releases of hscl-beta-digits (1 and 2 epochs): each one's eval.json top-1 is its
     whole test split counted image by image here, on the CPU that evaluated it, exactly; the bare name
     loads the one that scores more, whichever tag it has."""
-    from hscl_zoo.training.release import release_entry
+    from hscl_zoo.publishing.release import release_entry
 
     folders = tmp_path / "releases"
     scores = {}
@@ -300,7 +300,7 @@ def test_a_release_folder_built_elsewhere_registers_as_build_release_registered_
     """`hscl-zoo register` (a GPU sprint's folder, unpacked): the record computed from the folder
     alone equals the one released.json holds for a committed GPU release; a graph release or a
     renamed folder is refused before anything is written."""
-    from hscl_zoo.training.release import register_release, release_entry
+    from hscl_zoo.publishing.release import register_release, release_entry
 
     name = "hscl-beta-cifar100.gpu-30ep"
     committed = json.loads(Path(registry.RELEASED_FILE).read_text())[name]

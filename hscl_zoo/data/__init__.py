@@ -12,6 +12,8 @@ transforms, multi-view training datasets and seeded loaders, and the device-side
     device_augment   BatchSimCLRAugment: the SimCLR augmentation, batched on the device
     device_ops       its batched kernels
     resident         ResidentBatches: the training split kept on the device, each batch gathered there
+    streaming        open_stream, StreamingViews, StreamLoader: a training split read as a stream
+    stream_eval      a streamed run's evaluation data: a balanced sample of the stream and the test split
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING

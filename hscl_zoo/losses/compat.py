@@ -25,7 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from hscl_zoo.losses.methods import build_loss
-from hscl_zoo.losses.objective import ContrastiveLoss, normalized
+from hscl_zoo.losses.objective import ContrastiveLoss
+from hscl_zoo.losses.terms import normalized
 from hscl_zoo.losses.unlabelled import check_negative_labels
 
 __all__ = ["MetricLearningLoss", "NTXentLoss", "SupConLoss"]

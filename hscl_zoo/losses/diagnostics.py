@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hscl_zoo.losses.hardening import ExponentialTilt, HardeningFn, Threshold, log_hardening_weight
-from hscl_zoo.losses.objective import ContrastiveLoss, log_weighted_mean_exp, normalized, pair_sets, validate_inputs
+from hscl_zoo.losses.objective import ContrastiveLoss
+from hscl_zoo.losses.terms import log_weighted_mean_exp, normalized, pair_sets, validate_inputs
 from hscl_zoo.losses.unlabelled import UNLABELLED, check_negative_labels, labelled_part
 
 

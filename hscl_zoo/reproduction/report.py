@@ -1,4 +1,5 @@
-"""summary.md and summary.csv of a reproduction budget, rendered from its run records only."""
+"""summary.md and summary.csv of a reproduction budget, rendered from its run records only; and the
+model cards' section on a method's runs at the evidence budgets (`budget_evidence`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hscl_zoo._files import replace_block
+from hscl_zoo.losses.methods import METHODS
 from hscl_zoo.reproduction.budgets import BUDGETS, Budget
 from hscl_zoo.reproduction.summary import (
     KEEPS_EVERYTHING,
@@ -173,6 +175,29 @@ def evidence_table(rows: list[tuple[Budget, dict[str, Any]]]) -> str:
     lines += [f"| `{budget.name}` | {r['seeds']} | {r['top1_mean']:.2f} ± {r['top1_std']:.2f} | "
               f"{r['knn_top1_mean']:.2f} ± {r['knn_top1_std']:.2f} | {_diff(r, 'scl')} |" for budget, r in rows]
     return "\n".join(lines)
+
+
+def budget_evidence(method_name: str, dataset: str, results: Path | None) -> str:
+    """The card's section quoting the method's runs at the evidence budgets of its dataset (empty
+    when `results`, the repository's results/ folder, is absent or holds none, as in a wheel)."""
+    if results is None or not results.is_dir():
+        return ""
+    rows = evidence_rows(results, method_name, dataset)
+    if not rows:
+        return ""
+    method = METHODS[method_name].display if method_name in METHODS else method_name
+    budgets = "\n".join(f"- [`{budget.name}`](../results/{budget.name}/summary.md): {budget.description}"
+                        + (f" Retrieval, transfer and fine-tuning of its seed-0 encoders: "
+                           f"[evidence](../results/{budget.name}/evidence/summary.md)."
+                           if (results / budget.name / "evidence" / "summary.md").is_file() else "")
+                        for budget, _ in rows)
+    hardware = " and ".join(kind for kind in ("CPU", "GPU") if any(b.name.startswith(kind.lower() + "-") for b, _ in rows))
+    return (f"\n\n### {method} at {hardware or 'smaller'} budgets (not this model, not the paper's budget)\n\n"
+            "Encoders trained with the methods side by side at budgets this project can afford (each budget "
+            "below says its data, model, schedule and hardware), to test the paper's claims: linear probe and kNN top-1 on the full test split, "
+            "means ± standard deviations over seeds, differences paired by seed. Each budget's runs, summary "
+            "and verdicts are in the hscl_zoo repository under `results/<budget>/` (linked below).\n\n"
+            f"{evidence_table(rows)}\n\n{budgets}")
 
 
 def _threshold_table(records: list[Record]) -> str:

@@ -9,12 +9,10 @@ monitors, and the Hub-ready folder at the end.
     monitoring      the kNN monitor, the paper's diagnostics, metrics.jsonl upkeep
     checkpointing   per-epoch checkpoints that a crash cannot corrupt (and the loss's memory queue)
     steps           the gradient-cache step the loop takes with chunk_size
-    publishing      the run's training summary, model card and metrics beside its weights
-    graph_recipe    ``train``, ``eval`` and ``embed`` on ``tu:`` graph datasets
-    release         ``hscl-zoo release``: a trained run into a pinned zoo release
 
-The names below load on first use, so that ``hscl-zoo train --dataset tu:MUTAG --help`` (which
-imports `graph_recipe`) loads no torch.
+The Hub-ready folder and releases are `hscl_zoo.publishing`'s; graph datasets train through
+`hscl_zoo.graphs.recipe`. The names below load on first use,
+so that importing the package loads no torch.
 """
 
 from hscl_zoo._lazy import lazy_exports as _lazy_exports

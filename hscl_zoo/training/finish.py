@@ -15,9 +15,9 @@ from hscl_zoo.data.datasets import LoadedData
 from hscl_zoo.evaluation import evaluate_encoder
 from hscl_zoo.models import ContrastiveEncoder
 from hscl_zoo.protocol import METRICS, top5_phrase
+from hscl_zoo.publishing.hub_folder import training_summary, write_hub_folder
 from hscl_zoo.training.config import PretrainConfig
 from hscl_zoo.training.monitoring import KnnMonitor, read_metrics
-from hscl_zoo.training.publishing import training_summary, write_hub_folder
 
 __all__ = ["export_run", "image_caches"]
 

@@ -3,8 +3,8 @@
     registry   ZooEntry per name (method, dataset, backbone, Hub repo, pin, metrics), register_model
     hub        load: a zoo name, a Hub repo or a folder -> a ContrastiveEncoder, checksums checked
     saving     save_pretrained / push_to_hub: model.safetensors + config.json in the Hub's layout
-    cards      the model card template, and the checked-in cards under model_cards/
-               (run as ``python -m hscl_zoo.zoo.cards``)
+    cards      the model card of an image model, from one template (the checked-in cards under
+               model_cards/ are written by ``python -m hscl_zoo.publishing.cards``)
 
 Names are imported on first use: the registry is read without loading torch.
 """

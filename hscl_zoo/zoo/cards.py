@@ -2,32 +2,29 @@
 
 ``render_card`` takes a registry entry (the checked-in cards under ``model_cards/``) or the config
 of a trained model with its training summary and measured metrics (what a publish step uploads
-as README.md). Regenerate the checked-in cards with ``python -m hscl_zoo.zoo.cards --out model_cards``;
-``--check`` exits non-zero when they differ from what the registry renders.
+as README.md). The checked-in cards are written by `hscl_zoo.publishing.cards`
+(``python -m hscl_zoo.publishing.cards --out model_cards``), which adds each method's runs at the
+evidence budgets.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 import hscl_zoo.zoo.registry as registry
-from hscl_zoo._roots import results_dir
 from hscl_zoo.configs import is_config_name
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.losses.methods import METHODS
 from hscl_zoo.zoo.card_template import CARD_TEMPLATE
-from hscl_zoo.zoo.card_evidence import budget_evidence, evaluation_sections, markdown_table
+from hscl_zoo.zoo.card_evidence import evaluation_sections, markdown_table
 from hscl_zoo.zoo.registry import ZooEntry
 
-__all__ = ["CARD_TEMPLATE", "render_card", "write_cards", "check_cards", "main"]
+__all__ = ["CARD_TEMPLATE", "render_card"]
 
 PAPER_TITLE = "Supervised Contrastive Learning with Hard Negative Samples"
 PAPER_URL = "https://arxiv.org/abs/2209.00078"
@@ -273,7 +270,7 @@ def render_card(
     name: str | None = None,
     repo_id: str | None = None,
     evaluation: Mapping[str, Any] | None = None,
-    evidence_results: Path | None = None,
+    evidence: str = "",
     release: bool = False,
 ) -> str:
     """Render the Markdown model card (YAML front matter + body) for a zoo entry or a trained model.
@@ -283,8 +280,9 @@ def render_card(
     percent (``{"top1": 75.3}``); for an entry they default to its published metrics. The
     ``model-index`` block appears only when there are results. ``name`` and ``repo_id`` override
     the registry's. ``evaluation`` (the recipe's linear_eval.json) adds its retrieval and audit,
-    when it has them, under the results. ``evidence_results`` (the repository's results/ folder) adds the
-    method's runs at the evidence budgets of the dataset (CPU and GPU). ``release`` renders the card
+    when it has them, under the results. ``evidence`` is a Markdown section added last (the
+    registry's cards pass the method's runs at the evidence budgets of the dataset,
+    `hscl_zoo.reproduction.report.budget_evidence`). ``release`` renders the card
     of a release folder (``hscl-zoo release``): it loads by its zoo name, and the card claims no Hub
     repository, since the folder is built before anything is pushed.
     """
@@ -315,64 +313,5 @@ def render_card(
         training=_training(facts),
         dataset_display=dataset.display if dataset else dataset_label(facts.dataset),
         native_size=dataset.native_size if dataset else "?",
-        results=_results(facts, results) + evaluation_sections(evaluation or {}) + budget_evidence(facts.method, facts.dataset, evidence_results),
+        results=_results(facts, results) + evaluation_sections(evaluation or {}) + evidence,
     )
-
-
-def _rendered() -> dict[str, str]:
-    from hscl_zoo.zoo.graph_cards import render_graph_card
-
-    return {f"{entry.name}.md": render_graph_card(entry) if entry.modality == "graph"
-            else render_card(entry, evidence_results=results_dir()) for entry in registry.entries()}
-
-
-def write_cards(out: str | Path) -> list[Path]:
-    """Write one card per registry name into ``out``; returns the paths written."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for filename, text in _rendered().items():
-        path = out / filename
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
-
-
-def check_cards(out: str | Path) -> list[str]:
-    """Problems with the cards in ``out``: missing, stale or extra files (empty when all match)."""
-    out = Path(out)
-    expected = _rendered()
-    problems = []
-    for filename, text in expected.items():
-        path = out / filename
-        if not path.is_file():
-            problems.append(f"missing: {path}")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"out of date: {path}")
-    present = {p.name for p in out.glob("*.md")} if out.is_dir() else set()
-    problems += [f"not a zoo name: {out / extra}" for extra in sorted(present - set(expected))]
-    return problems
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m hscl_zoo.zoo.cards --out model_cards [--check]``."""
-    parser = argparse.ArgumentParser(prog="python -m hscl_zoo.zoo.cards", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="model_cards", help="folder holding one card per zoo name")
-    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on differences")
-    args = parser.parse_args(argv)
-    if args.check:
-        problems = check_cards(args.out)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print(f"Regenerate with: python -m hscl_zoo.zoo.cards --out {args.out}", file=sys.stderr)
-            return 1
-        print(f"{len(_rendered())} cards in {args.out} are up to date.")
-        return 0
-    written = write_cards(args.out)
-    print(f"wrote {len(written)} cards to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,12 +28,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from hscl_zoo._table import NamedTable
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS
 from hscl_zoo.losses.methods import METHODS
+from hscl_zoo.zoo.pins import FilePin, checked_pins
 
 __all__ = [
     "ZooEntry",
@@ -81,17 +82,7 @@ dataset, backbone, budget, per-file sha256 and size, metrics) and the Hub commit
 printed (null until pushed)."""
 _RELEASES: dict[str, dict[str, Any]] = json.loads(RELEASED_FILE.read_text(encoding="utf-8"))
 
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-class FilePin(NamedTuple):
-    """One file of a release: its sha256 (hex) and size in bytes."""
-
-    sha256: str
-    size: int
 
 
 def pretrain_command(config: str) -> str:
@@ -156,24 +147,9 @@ class ZooEntry:
                 raise ValueError(f"{self.name}: a tagged release states its budget (what it was trained with).")
         elif "." in self.name:
             raise ValueError(f"{self.name}: a name with a '.' is a tagged release; give tag={self.name.split('.')[-1]!r}.")
-        for name, pin in self.files.items():
-            if not _FILE_RE.match(name) or not isinstance(pin, tuple) or len(pin) != 2 \
-                    or not _SHA256_RE.match(str(pin[0])) or isinstance(pin[1], bool) or not isinstance(pin[1], int):
-                raise ValueError(f"{self.name}: files must map plain file names to (sha256, size) with 64 lowercase "
-                                 f"hex digits and an int; got {name!r}: {pin!r}.")
-        object.__setattr__(self, "files", MappingProxyType({k: FilePin(*v) for k, v in self.files.items()}))
-        if self.files and not any(name.endswith(".safetensors") for name in self.files):
-            raise ValueError(f"{self.name}: a release pins its weights; files names no .safetensors file.")
-        if self.revision is not None and not self.files:
-            raise ValueError(f"{self.name}: a revision pins files; give files (name -> sha256, size) with it.")
-        if self.revision is not None and not _COMMIT_RE.match(self.revision):
-            raise ValueError(f"{self.name}: revision must pin a full 40-hex commit, got {self.revision!r}.")
-        if self.metrics and not self.files:
-            raise ValueError(f"{self.name}: metrics without published weights; pin the release's files first.")
-        for key, value in self.metrics.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{self.name}: metric {key!r} must be a number, got {value!r}.")
-        object.__setattr__(self, "metrics", MappingProxyType(dict(self.metrics)))
+        files, metrics = checked_pins(self.name, self.files, self.revision, self.metrics)
+        object.__setattr__(self, "files", files)
+        object.__setattr__(self, "metrics", metrics)
 
     @property
     def published(self) -> bool:

@@ -24,7 +24,8 @@ from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 from hscl_zoo._files import sha256_file
 from hscl_zoo._roots import ROOT_ENV, releases_dir
 from hscl_zoo._version import __version__
-from hscl_zoo.zoo.registry import FilePin, ZooEntry
+from hscl_zoo.zoo.pins import FilePin
+from hscl_zoo.zoo.registry import ZooEntry
 
 __all__ = ["RELEASES_ENV", "NotCachedError", "ChecksumMismatchError", "ReleaseFallbackWarning", "Fetched",
            "release_roots", "pin_folder", "check_pins", "fetch_release"]

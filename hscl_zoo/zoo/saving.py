@@ -17,11 +17,12 @@ from huggingface_hub import HfApi
 import torch
 from torch import nn
 
+from hscl_zoo._files import sha256_file
 from hscl_zoo._version import __version__
-from hscl_zoo.zoo.hub import CONFIG_NAME, check_repo_id, sha256_file
 from hscl_zoo.zoo.model_types import MODEL_TYPES
 from hscl_zoo.zoo.schema import check_config
 from hscl_zoo.zoo.shards import INDEX_NAME, WEIGHTS_NAME, cast_state, dtype_name, write_weights
+from hscl_zoo.zoo.sources import CONFIG_NAME, check_repo_id
 
 __all__ = ["TRAINING_KEYS", "DEFAULT_MAX_SHARD_SIZE", "PushResult", "save_pretrained", "push_to_hub"]
 
@@ -33,7 +34,7 @@ TRAINING_KEYS = ("dataset", "method", "hyperparameters", "epochs", "global_batch
                  "expected_negatives_per_anchor")
 """Keys a training summary must have (others are kept as given). ``expected_negatives_per_anchor``
 is the count the global batch size implies
-(``hscl_zoo.training.publishing.expected_negatives_per_anchor``), not a measurement."""
+(``hscl_zoo.publishing.hub_folder.expected_negatives_per_anchor``), not a measurement."""
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from hscl_zoo.graphs.catalog import find_graph_dataset, load_graph_dataset
-from hscl_zoo.training.graph_recipe import evaluate_graph_encoder
 from hscl_zoo._provenance import code_commit
-from hscl_zoo.training.release import CARD_NAME, EVAL_NAME, Release, ReleaseRefused, hardware
+from hscl_zoo.graphs.cards import PAPER_SETTING, render_graph_card
+from hscl_zoo.graphs.catalog import find_graph_dataset, load_graph_dataset
+from hscl_zoo.graphs.recipe import evaluate_graph_encoder
+from hscl_zoo.publishing.release import CARD_NAME, EVAL_NAME, Release, ReleaseRefused, hardware
 from hscl_zoo.zoo import registry
-from hscl_zoo.zoo.graph_cards import PAPER_SETTING, render_graph_card
 from hscl_zoo.zoo.releases import pin_folder
 
 __all__ = ["MAX_ACCURACY_DIFFERENCE", "PAPER_EPOCHS", "build_graph_release", "graph_train_command"]

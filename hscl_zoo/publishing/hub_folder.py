@@ -16,10 +16,12 @@ from typing import Any, Mapping
 
 from torch import nn
 
+from hscl_zoo._files import sha256_file
 from hscl_zoo.training.config import PretrainConfig
 from hscl_zoo.zoo.cards import render_card
-from hscl_zoo.zoo.hub import CONFIG_NAME, WEIGHTS_NAME, check_repo_id, load, sha256_file
+from hscl_zoo.zoo.hub import CONFIG_NAME, WEIGHTS_NAME, load
 from hscl_zoo.zoo.saving import PushResult, save_pretrained
+from hscl_zoo.zoo.sources import check_repo_id
 
 METRICS_NAME = "metrics.json"
 CARD_NAME = "README.md"

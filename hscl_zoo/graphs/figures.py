@@ -2,7 +2,7 @@
 standard deviation as an error bar) beside the paper's Table 2 number (a black tick), for one
 protocol and one way of choosing beta. Drawn from the same cells as summary.md:
 
-    python -m hscl_zoo.reproduction.graph_figures --root results/graphs-paper
+    python -m hscl_zoo.graphs.figures --root results/graphs-paper
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from hscl_zoo.graphs.catalog import GRAPH_DATASETS, TABLE_2_METHODS  # noqa: E402
+from hscl_zoo.graphs.summary import CHOICE_TEXT, Record, method_cells  # noqa: E402
 from hscl_zoo.losses.methods import get_method  # noqa: E402
-from hscl_zoo.reproduction.graph_summary import CHOICE_TEXT, Record, method_cells  # noqa: E402
 
 __all__ = ["FIGURE_METHODS", "table_two_figure", "plot_table_two"]
 
@@ -71,7 +71,7 @@ def plot_table_two(records: list[Record], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from hscl_zoo.reproduction.graph_summary import load_records
+    from hscl_zoo.graphs.summary import load_records
 
     parser = argparse.ArgumentParser(description="Draw results/graphs-paper/figures/ from its records.")
     parser.add_argument("--root", type=Path, default=Path("results/graphs-paper"))

@@ -268,7 +268,7 @@ def push_release(folder: str | os.PathLike[str], repo_id: str | None = None, *, 
     from huggingface_hub import HfApi
 
     from hscl_zoo._version import __version__
-    from hscl_zoo.zoo.hub import check_repo_id
+    from hscl_zoo.zoo.sources import check_repo_id
 
     folder = Path(folder)
     if not (folder / EVAL_NAME).is_file() or not (folder / "config.json").is_file():
