@@ -7,7 +7,8 @@ naming the problem; usage errors exit with status 2. Each command imports only w
 ``--help``, ``train --help``, ``list`` and ``info`` load no torch. A DATASET is a registered name
 or your own data: ``imagefolder:PATH``, ``parquet:PATH`` or ``hf:owner/name``.
 Graphs: ``train``, ``eval`` and ``embed`` take ``tu:NAME`` or ``tu:/path/NAME`` and graph-encoder
-folders (``hscl_zoo.training.graph_recipe``; docs/graphs.md).
+folders (``hscl_zoo.graphs.recipe``; docs/graphs.md). The commands themselves are in
+`hscl_zoo.cli_commands`; this module builds the parser and dispatches.
 
 ``hscl-zoo train`` takes ``--config`` (a zoo name such as ``hscl-beta-cifar100``, for the config
 shipped with the package, or a YAML file) and ``--key value`` settings (``hscl-zoo train --help``
@@ -19,26 +20,33 @@ lists every key). For several processes, launch the module:
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from hscl_zoo._version import __version__
 from hscl_zoo.data.catalog import DATASETS
-from hscl_zoo.data.source_options import SourceOptions, source_options
-from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, OUTPUTS, check_metrics, top5_phrase
-from hscl_zoo.zoo import registry
-from hscl_zoo.zoo.table import FORMATS, render, zoo_rows
-
-if TYPE_CHECKING:
-    import torch
+from hscl_zoo.data.source_options import SourceOptions
+from hscl_zoo.protocol import EVAL_DEFAULTS, METRICS, OUTPUTS
+from hscl_zoo.cli_commands import (
+    PROG,
+    cmd_list,
+    cmd_info,
+    cmd_eval,
+    cmd_embed,
+    cmd_train,
+    cmd_finetune,
+    cmd_export,
+    cmd_release,
+    cmd_register,
+    cmd_push,
+    cmd_cards,
+    run_eval,
+)
+from hscl_zoo.zoo.table import FORMATS
 
 __all__ = ["main", "build_parser", "add_eval_options", "run_eval"]
 
-PROG = "hscl-zoo"
 DESCRIPTION = "The hscl-zoo command line; 'hscl-zoo COMMAND --help' describes each command."
 EXAMPLES = """examples:
   hscl-zoo list 'hscl-*'                                 # zoo names and whether they are published
@@ -59,24 +67,6 @@ MODEL_HELP = ("a zoo name, hf-hub:owner/name[@revision], local-dir:/path, or a f
               "save_pretrained")
 EXPORT_FORMATS = ("timm", "onnx", "torchscript")
 _USER_ERRORS = (ValueError, OSError, LookupError, ImportError)
-
-
-def _device(name: str | None) -> torch.device:
-    import torch
-
-    return torch.device(name if name else "cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    if not registry.list_models(args.pattern):
-        raise ValueError(f"no zoo name matches {args.pattern!r}; run 'hscl-zoo list' for all.")
-    sys.stdout.write(render(zoo_rows(args.pattern, published_only=args.published), args.format))
-    return 0
-
-
-def _cmd_info(args: argparse.Namespace) -> int:
-    print(registry.info(args.name))
-    return 0
 
 
 def add_eval_options(parser: argparse.ArgumentParser) -> None:
@@ -122,226 +112,6 @@ def _true_false(text: str) -> bool:
     return value[text.strip().lower()]
 
 
-def _summary(result: dict[str, Any]) -> str:
-    """One line of a result's headline scores."""
-    parts = []
-    if "top1" in result:
-        top5 = top5_phrase(result["top5"], result["protocol"]["num_classes"])
-        parts.append(f"linear-probe top-1 {result['top1']:.2f}%" + (f" {top5}" if top5 else ""))
-    if "knn_top1" in result:
-        parts.append(f"kNN top-1 {result['knn_top1']:.2f}%")
-    if "retrieval" in result:
-        retrieval = result["retrieval"]
-        parts.append(f"Recall@1 {retrieval['recall_at_1']:.2f}% MAP@R {retrieval['map_at_r']:.2f}%")
-    if "audit" in result:
-        audit = result["audit"]
-        parts.append(f"alignment {audit['alignment']:.3f} uniformity {audit['uniformity']:.3f} "
-                     f"Assumption 1 {audit['assumption_fraction']:.3f}")
-    return f"{result['dataset']}: " + ", ".join(parts)
-
-
-def _split_list(text: str | None) -> list[str] | None:
-    return None if text is None else [part.strip() for part in text.split(",")]
-
-
-def run_eval(model: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Evaluate ``model`` with the options of :func:`add_eval_options`, print the scores and write
-    ``--out``; returns the results (with several ``--dataset`` targets, :func:`evaluate_transfer`'s
-    rows)."""
-    from hscl_zoo.evaluation import evaluate_model, evaluate_transfer
-
-    options = dict(subset=args.subset, full_test=args.full_test, labelled_fraction=args.labelled_fraction,
-                   probe_epochs=args.probe_epochs, knn_k=args.knn_k, seed=args.seed,
-                   metrics=check_metrics(m for m in _split_list(args.metrics) if m), device=_device(args.device),
-                   **source_options(vars(args)))
-    targets = _split_list(args.dataset)
-    if targets is not None and len(targets) > 1:
-        if not all(targets):
-            raise ValueError(f"--dataset {args.dataset!r} has an empty name; separate datasets with single commas.")
-        data_dirs = _split_list(args.data_dir)
-        data_dirs = [d or None for d in data_dirs] if data_dirs is not None else None
-        result = evaluate_transfer(model, targets, data_dirs=data_dirs, **options)
-        for row in result["rows"]:
-            print(_summary(row))
-    else:
-        result = evaluate_model(model, args.dataset, data_dir=args.data_dir, **options)
-        print(_summary(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}")
-    return result
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from hscl_zoo.graphs.recipe import eval_command, is_graph_command
-
-    if is_graph_command(args.model, args.dataset):
-        eval_command(args)
-        return 0
-    if args.folds is not None:
-        raise ValueError("--folds applies to graph encoders (tu: datasets); drop it for an image encoder.")
-    run_eval(args.model, args)
-    return 0
-
-
-def _cmd_embed(args: argparse.Namespace) -> int:
-    from hscl_zoo.graphs.recipe import embed_command, is_graph_command
-
-    if is_graph_command(args.model, args.images):
-        embed_command(args)
-        return 0
-    from hscl_zoo.embedding import check_output_path, embed, save_embeddings
-    from hscl_zoo.zoo.hub import load
-
-    check_output_path(args.out)
-    device = _device(args.device)
-    model = load(args.model, device=device)
-    embeddings = embed(model, args.images, projection=args.projection, split=args.split, data_dir=args.data_dir,
-                       batch_size=args.batch_size, num_workers=args.num_workers, device=device,
-                       **source_options(vars(args)))
-    written = save_embeddings(embeddings, args.out)
-    rows, dim = embeddings.features.shape
-    print(f"embedded {rows} images to {dim}-d {'projections' if args.projection else 'features'}: "
-          + ", ".join(str(p) for p in written))
-    return 0
-
-
-def _graph_dataset_given(settings: Sequence[str]) -> bool:
-    """Whether the train settings name a ``tu:`` dataset (``--dataset tu:...`` or ``--dataset=tu:...``)."""
-    for option, value in zip(settings, [*settings[1:], ""]):
-        if option == "--dataset":
-            return value.startswith("tu:")
-        if option.startswith("--dataset="):
-            return option.partition("=")[2].startswith("tu:")
-    return False
-
-
-def _cmd_train(args: argparse.Namespace, settings: Sequence[str]) -> int:
-    if _graph_dataset_given(settings):
-        from hscl_zoo.graphs.recipe import train_main
-
-        train_main(list(settings), prog=f"{PROG} train")
-        return 0
-
-    if "-h" in settings or "--help" in settings:
-        from hscl_zoo.config_help import build_train_parser
-
-        build_train_parser(f"{PROG} train").parse_known_args(settings)  # prints the help, exits 0
-    from hscl_zoo.training.pretrain import main as pretrain_main
-
-    pretrain_main(list(settings), prog=f"{PROG} train")
-    return 0
-
-
-def _cmd_finetune(args: argparse.Namespace, settings: Sequence[str]) -> int:
-    from hscl_zoo.training.finetune import main as finetune_main
-
-    finetune_main(list(settings), prog=f"{PROG} finetune")
-    return 0
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    if args.format == "timm" and args.output is not None:
-        raise ValueError("--output applies to onnx and torchscript; a timm folder gives the logits, and the pooled "
-                         "features with num_classes=0.")
-    from hscl_zoo.export import export_onnx, export_timm, export_torchscript, timm_usage
-    from hscl_zoo.zoo.hub import load
-
-    output = args.output or "features"
-    model = load(args.model, device="cpu")
-    if args.format == "timm":
-        written = export_timm(model, args.out)
-        print(f"wrote {written}; open it in Python with:\n{timm_usage(written)}")
-        return 0
-    if args.format == "onnx":
-        written = export_onnx(model, args.out / f"{output}.onnx", output)
-    else:
-        written = export_torchscript(model, args.out / f"{output}.pt", output)
-    print(f"wrote {written} (images -> {output}) and {written.parent / 'preprocess.json'}")
-    return 0
-
-
-def _cmd_release(args: argparse.Namespace) -> int:
-    from hscl_zoo.graphs.recipe import graph_model_folder
-    from hscl_zoo.publishing.release import register_release, registry_entry_text
-
-    command = shlex.join([PROG, *sys.argv[1:]]) if sys.argv[1:2] == ["release"] else None
-    if graph_model_folder(str(args.run_dir / "hub")) is not None:
-        from hscl_zoo.graphs.release import build_graph_release
-
-        if args.dtype not in (None, "fp32"):
-            raise ValueError(f"--dtype {args.dtype}: a graph encoder (a few hundred KB) is released in float32 as "
-                             "trained; drop --dtype.")
-        release = build_graph_release(args.run_dir, args.name, data_dir=args.data_dir, out=args.out,
-                                      selection=args.selection, command=command)
-        evaluation = release.evaluation
-        print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): SVM accuracy "
-              f"{100 * evaluation['svm']['accuracy_mean']:.2f}% over {len(evaluation['svm']['folds'])} folds, head "
-              f"accuracy {100 * evaluation['head_accuracy']:.2f}% on {evaluation['graphs']} graphs")
-    else:
-        from hscl_zoo.publishing.release import build_release
-
-        if args.data_dir is not None or args.selection is not None:
-            raise ValueError("--data_dir and --selection apply to graph runs; an image run's data is in its config.")
-        release = build_release(args.run_dir, args.name, dtype=args.dtype or "bf16", out=args.out,
-                                max_shard_size=args.max_shard_size, budget=args.budget, device=_device(args.device),
-                                command=command)
-        evaluation = release.evaluation
-        print(f"wrote {release.folder} ({', '.join(sorted(release.entry['files']))}): {evaluation['stored_dtype']} "
-              f"weights, linear top-1 {evaluation['linear_top1']:.2f}% (float32 run "
-              f"{evaluation['float32_run']['top1']:.2f}%), kNN top-1 {evaluation['knn_top1']:.2f}% on "
-              f"{evaluation['test_images']} {evaluation['test_split']} images")
-    if args.register:
-        print(f"registered {args.name} in {register_release(args.name, release.entry)}")
-    else:
-        print("its record for hscl_zoo/zoo/released.json (or rerun with --register):")
-        print(registry_entry_text(args.name, release.entry))
-    return 0
-
-
-def _cmd_register(args: argparse.Namespace) -> int:
-    from hscl_zoo.publishing.release import register_release, release_entry
-
-    entries = {folder.name: release_entry(folder) for folder in args.folders}  # every folder checked before a write
-    for name, entry in entries.items():
-        print(f"registered {name} in {register_release(name, entry)}")
-    return 0
-
-
-def _cmd_push(args: argparse.Namespace) -> int:
-    from hscl_zoo.publishing.hub_folder import push_hub_folder, rebuild_hub_folder
-    from hscl_zoo.publishing.release import EVAL_NAME, push_release
-
-    if (args.run_or_dir / EVAL_NAME).is_file():
-        if args.dry_run or args.out or args.name:
-            raise ValueError(f"{args.run_or_dir} is a release folder, uploaded exactly as it is: drop --dry-run, --out "
-                             "and --name.")
-        repo_id, revision = push_release(args.run_or_dir, args.repo_id, private=args.private or None)
-        print(f"pushed {args.run_or_dir} to {repo_id}; pin it: \"revision\": \"{revision}\"")
-        return 0
-    if args.repo_id is None:
-        raise ValueError(f"{args.run_or_dir} is a run, not a release folder: give --repo-id owner/name (or build a "
-                         "release with hscl-zoo release).")
-
-    folder = rebuild_hub_folder(args.run_or_dir, args.out, repo_id=args.repo_id, name=args.name)
-    print(f"Hub-ready folder: {folder} ({', '.join(sorted(p.name for p in folder.iterdir()))})")
-    if args.dry_run:
-        print(f"dry run: nothing uploaded to {args.repo_id}.")
-        return 0
-    result = push_hub_folder(folder, args.repo_id, private=args.private or None)
-    print(f"pushed: {result.commit_url}")
-    print(f"load it with hscl_zoo.load('hf-hub:{result.repo_id}@{result.revision}'); a zoo name needs a release: "
-          "hscl-zoo release RUN_DIR --name NAME.TAG --register, then hscl-zoo push releases/NAME.TAG")
-    return 0
-
-
-def _cmd_cards(args: argparse.Namespace) -> int:
-    from hscl_zoo.publishing import cards
-
-    return cards.main(["--out", str(args.out)] + (["--check"] if args.check else []))
-
-
 def _command(
     subparsers: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int], summary: str
 ) -> argparse.ArgumentParser:
@@ -357,24 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    cmd = _command(commands, "list", _cmd_list, "List zoo names matching a wildcard: dataset, method, their own "
+    cmd = _command(commands, "list", cmd_list, "List zoo names matching a wildcard: dataset, method, their own "
                    "score, the paper's and what they were trained with.")
     cmd.add_argument("pattern", nargs="?", default="*", metavar="PATTERN", help="shell wildcard (default: all)")
     cmd.add_argument("--published", action="store_true", help="only names whose weights can be loaded")
     cmd.add_argument("--format", choices=FORMATS, default="table",
                      help="an aligned table (default), CSV or JSON with every field")
 
-    cmd = _command(commands, "info", _cmd_info, "Show one zoo entry: method, dataset, repo, revision, scores.")
+    cmd = _command(commands, "info", cmd_info, "Show one zoo entry: method, dataset, repo, revision, scores.")
     cmd.add_argument("name", metavar="NAME", help="a zoo name, e.g. hscl-beta-cifar10")
 
-    cmd = _command(commands, "eval", _cmd_eval, "Linear probe, kNN, retrieval and audit of a frozen encoder, on its "
+    cmd = _command(commands, "eval", cmd_eval, "Linear probe, kNN, retrieval and audit of a frozen encoder, on its "
                    "own or other datasets (JSON out).")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     add_eval_options(cmd)
     cmd.add_argument("--folds", type=int, help="graph encoders (tu: datasets): folds of the SVM's and the linear "
                      "head's cross-validation (default 10)")
 
-    cmd = _command(commands, "embed", _cmd_embed, "Encode a folder of images or a dataset split to features.")
+    cmd = _command(commands, "embed", cmd_embed, "Encode a folder of images or a dataset split to features.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     cmd.add_argument("images", metavar="IMAGES",
                      help=f"a folder of image files (searched recursively), a dataset name "
@@ -397,14 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     finetune_summary = "Fine-tune an encoder into a classifier (--help lists every option)."
     commands.add_parser("finetune", help=finetune_summary, description=finetune_summary, add_help=False)
 
-    cmd = _command(commands, "export", _cmd_export, "Write the encoder as a timm folder, ONNX or TorchScript.")
+    cmd = _command(commands, "export", cmd_export, "Write the encoder as a timm folder, ONNX or TorchScript.")
     cmd.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     cmd.add_argument("--format", required=True, choices=EXPORT_FORMATS)
     cmd.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write into")
     cmd.add_argument("--output", choices=OUTPUTS, help="what the onnx / torchscript graph computes (default: "
                      "features); written to DIR/OUTPUT.onnx or DIR/OUTPUT.pt with DIR/preprocess.json")
 
-    cmd = _command(commands, "release", _cmd_release, "Build a release folder (cast, sharded, re-evaluated) from a "
+    cmd = _command(commands, "release", cmd_release, "Build a release folder (cast, sharded, re-evaluated) from a "
                    "finished run and print its registry entry.")
     cmd.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output_dir of a finished training run")
     cmd.add_argument("--name", required=True, help="<zoo name>.<tag>, the tag saying the budget, e.g. "
@@ -421,11 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--register", action="store_true", help="add the record to hscl_zoo/zoo/released.json "
                      "(the checkout's), publishing the release")
 
-    cmd = _command(commands, "register", _cmd_register, "Add image release folders built on another machine and "
+    cmd = _command(commands, "register", cmd_register, "Add image release folders built on another machine and "
                    "copied here to hscl_zoo/zoo/released.json as they stand, every file pinned by its sha256.")
     cmd.add_argument("folders", type=Path, nargs="+", metavar="FOLDER", help="releases/NAME, built by hscl-zoo release")
 
-    cmd = _command(commands, "push", _cmd_push, "Upload a release folder as it is, or check, rebuild and upload a "
+    cmd = _command(commands, "push", cmd_push, "Upload a release folder as it is, or check, rebuild and upload a "
                    "finished run's Hub folder.")
     cmd.add_argument("run_or_dir", type=Path, metavar="RUN_OR_DIR",
                      help="a release folder (releases/NAME, pushed to hscl-zoo/NAME as it is), the output_dir of a "
@@ -437,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--private", action="store_true", help="create the repo private")
     cmd.add_argument("--dry-run", action="store_true", help="rebuild and check the folder, upload nothing")
 
-    cmd = _command(commands, "cards", _cmd_cards, "Write the zoo's model cards, or check they are up to date.")
+    cmd = _command(commands, "cards", cmd_cards, "Write the zoo's model cards, or check they are up to date.")
     cmd.add_argument("--out", type=Path, default=Path("model_cards"), help="folder of cards (default: model_cards)")
     cmd.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on differences")
     return parser
@@ -447,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hscl-zoo`` with ``argv`` (default: the process arguments); returns the exit status."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    passed_on = {"train": _cmd_train, "finetune": _cmd_finetune}
+    passed_on = {"train": cmd_train, "finetune": cmd_finetune}
     if args.command not in passed_on and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:

@@ -40,12 +40,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("publishing", ("hscl_zoo.publishing", "hscl_zoo.publishing.*", "hscl_zoo.graphs.release")),
     ("training", ("hscl_zoo.training", "hscl_zoo.training.*")),
     ("evidence", ("hscl_zoo.reproduction.evidence",)),
-    ("top", ("hscl_zoo", "hscl_zoo.cli")),
+    ("top", ("hscl_zoo", "hscl_zoo.cli", "hscl_zoo.cli_commands")),
 )
 """The layers, lowest first: a module may import its own layer and those listed before it. A
 module's layer is the one naming it exactly, else the one whose wildcard matches it."""
 
-MAX_LINES = 500
+MAX_LINES = 400
 """A module longer than this holds more than one job: split it by job (docs/architecture.md)."""
 
 
@@ -162,7 +162,9 @@ def test_no_import_circles(graph):
 
 
 def test_no_module_is_over_the_line_bound():
-    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in module_files(PACKAGE).items()}
+    """The package's modules and the benchmarks' scripts."""
+    files = [*module_files(PACKAGE).values(), *sorted((ROOT / "benchmarks").glob("*.py"))]
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines()) for path in files}
     assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
 
 
