@@ -347,6 +347,43 @@ def stream_vs_map() -> str:
     return "; ".join(parts)
 
 
+def stream_vs_map_scores() -> str:
+    """The streamed and map-style runs' linear-probe and kNN top-1 per seed, each path's median, and
+    the paired difference (stream - map) with its 95 % interval, as hscl_zoo.reproduction.statistics
+    computes it; the sample's rows and the epochs."""
+    from hscl_zoo.reproduction.statistics import paired_difference
+
+    run = _json("benchmarks/results/stream_vs_map_scores_cpu.json")
+    parts = [f"{run['rows']['train']:,} training rows, {run['rows']['test']:,} test rows, {len(run['seeds'])} seeds",
+             " ".join(run["settings"])]
+    for metric in ("linear_top1", "knn_top1"):
+        by_path = {path: {r["seed"]: r[metric] for r in run["runs"] if r["path"] == path} for path in ("map", "stream")}
+        parts += [f"{v:.1f} %" for values in by_path.values() for v in values.values()]
+        parts += [f"{run['summary'][metric]['median'][path]:.1f} %" for path in ("map", "stream")]
+        parts.append(paired_difference(by_path["stream"], by_path["map"]).describe())
+    return "; ".join(parts)
+
+
+def test_the_streaming_pages_verdict_is_the_interval_the_runs_give():
+    from hscl_zoo.reproduction.statistics import paired_difference
+
+    run = _json("benchmarks/results/stream_vs_map_scores_cpu.json")
+    page = " ".join((ROOT / "docs" / "scale.md").read_text().split())
+    for metric, name in (("linear_top1", "linear probe"), ("knn_top1", "kNN")):
+        by_path = {path: {r["seed"]: r[metric] for r in run["runs"] if r["path"] == path} for path in ("map", "stream")}
+        difference = paired_difference(by_path["stream"], by_path["map"])
+        verdict = "includes 0" if difference.low <= 0 <= difference.high else "excludes 0"
+        assert f"{name}: {difference.describe()}, an interval that {verdict}" in page, (name, verdict)
+    if "the streamed linear probe was the lower in all three seeds" in page:
+        assert len(run["seeds"]) == 3 and all(d < 0 for d in difference_of(run, "linear_top1"))
+
+
+def difference_of(run: dict, metric: str) -> list[float]:
+    """Per seed, the streamed run's `metric` minus the map-style run's."""
+    by_path = {path: {r["seed"]: r[metric] for r in run["runs"] if r["path"] == path} for path in ("map", "stream")}
+    return [by_path["stream"][seed] - by_path["map"][seed] for seed in sorted(by_path["map"])]
+
+
 SOURCES: dict[str, Callable[[], str]] = {
     r"results/default-digits\.json": default_run,
     r"benchmarks/results/gradient_cache_[\w-]+\.json": gradient_cache_table,
@@ -361,6 +398,7 @@ SOURCES: dict[str, Callable[[], str]] = {
     r"benchmarks/results/install_size\.json": install_size,
     r"benchmarks/results/ci_time\.json": ci_time,
     r"benchmarks/results/stream_vs_map_cpu\.json": stream_vs_map,
+    r"benchmarks/results/stream_vs_map_scores_cpu\.json": stream_vs_map_scores,
 }
 
 
