@@ -60,6 +60,7 @@ LOSS_FILES = tuple(sorted(f.relative_to(ROOT).as_posix() for f in (ROOT / "hscl_
 REPRODUCTION_TESTS = ("tests/test_reproduce.py", "tests/test_reproduction_rules.py")
 EVALUATION_TESTS = ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
                     "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py")
+HUB_TESTS = ("tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py")
 TARGETS: dict[str, tuple[str, ...]] = {
     **{loss_file: LOSS_TESTS for loss_file in LOSS_FILES},  # one target per file: one can be re-measured alone
     "hscl_zoo/training/gradient_cache.py": ("tests/test_gradient_cache.py", "tests/test_gradient_cache_recipe.py"),
@@ -67,8 +68,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "hscl_zoo/reproduction/statistics.py": REPRODUCTION_TESTS,
     "hscl_zoo/reproduction/summary.py": REPRODUCTION_TESTS,
     **dict.fromkeys(("hscl_zoo/evaluation.py", "hscl_zoo/features.py", "hscl_zoo/probes.py"), EVALUATION_TESTS),
-    **dict.fromkeys(("hscl_zoo/zoo/hub.py", "hscl_zoo/zoo/sources.py", "hscl_zoo/_files.py"), (
-        "tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py")),
+    **dict.fromkeys(("hscl_zoo/zoo/hub.py", "hscl_zoo/zoo/sources.py"), HUB_TESTS),
+    "hscl_zoo/_files.py": (*HUB_TESTS, "tests/test_files.py", "tests/test_reproduce.py"),
 }
 GOAL = 0.9  # issue 25: at least 90 % of the non-equivalent mutants of every file killed
 KINDS = ("equivalent", "gpu-only")  # what an explained survivor is (mutation_equivalents.yaml's `kind`)
@@ -139,7 +140,10 @@ def workspace(target: str) -> Path:
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
     mutmut = {**tool["mutmut"], "only_mutate": target_files(target),
               "pytest_add_cli_args_test_selection": list(TARGETS[target]), "use_git_change_detection": False}
-    tables = {"tool.pytest.ini_options": tool["pytest"]["ini_options"], "tool.mutmut": mutmut}
+    pytest_options = dict(tool["pytest"]["ini_options"])
+    # one process: mutmut records which tests call a mutant in its own process, which xdist's workers are not
+    pytest_options["addopts"] = re.sub(r"-n \S+|--dist \S+", "", pytest_options.get("addopts", "")).strip()
+    tables = {"tool.pytest.ini_options": pytest_options, "tool.mutmut": mutmut}
     # JSON strings, lists of strings and booleans are valid TOML values.
     (ws / "pyproject.toml").write_text("\n".join(
         f"[{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in table.items())
