@@ -373,3 +373,24 @@ def test_fused_node_releases_its_buffers_after_backward():
     assert all(t.numel() == f.shape[0] * 2 * f.shape[0] * 2 for t in fused.state[:2])
     value.backward()
     assert fused.state is None
+
+
+@pytest.mark.parametrize("method", ["ucl", "scl", "hscl-beta"])
+def test_the_per_call_checks_can_be_left_to_the_caller(method):
+    """`check_finite = False`: NaN features give a NaN loss instead of the error (the pretraining loop
+    checks each epoch's loss); `labelled_only = True`: a negative label is no longer refused per call,
+    the caller having checked its labels once. With both on (the default), each call refuses."""
+    features = torch.randn(6, 2, 8, generator=torch.Generator().manual_seed(0))
+    features[0, 0, 0] = math.nan
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    loss_fn = build_loss(method)
+    with pytest.raises(ValueError, match="features contain NaN or inf"):
+        loss_fn(features, labels)
+    loss_fn.check_finite = False
+    assert math.isnan(loss_fn(features, labels).item())
+    if loss_fn.needs_labels:
+        bad = torch.tensor([0, 0, 1, 1, 2, -3])
+        with pytest.raises(ValueError, match="label -3 is negative"):
+            build_loss(method)(features.nan_to_num(), bad)
+        loss_fn.labelled_only = True
+        assert torch.isfinite(loss_fn(features.nan_to_num(), bad))  # not refused: the caller vouched for its labels
