@@ -60,7 +60,8 @@ LOSS_FILES = tuple(sorted(f.relative_to(ROOT).as_posix() for f in (ROOT / "hscl_
 REPRODUCTION_TESTS = ("tests/test_reproduce.py", "tests/test_reproduction_rules.py")
 EVALUATION_TESTS = ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
                     "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py")
-HUB_TESTS = ("tests/test_hub.py", "tests/test_hub_contract.py", "tests/test_hostile_model_folders.py", "tests/test_registry.py")
+HUB_TESTS = ("tests/test_hub.py", "tests/test_hub_sources.py", "tests/test_hub_contract.py",
+             "tests/test_hostile_model_folders.py", "tests/test_registry.py")
 TARGETS: dict[str, tuple[str, ...]] = {
     **{loss_file: LOSS_TESTS for loss_file in LOSS_FILES},  # one target per file: one can be re-measured alone
     "hscl_zoo/training/gradient_cache.py": ("tests/test_gradient_cache.py", "tests/test_gradient_cache_recipe.py"),

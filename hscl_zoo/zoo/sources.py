@@ -163,22 +163,22 @@ def _where_the_model_is(path: Path) -> str:
     return ""
 
 
-def _not_cached(src: ModelSource, filename: str, offline: bool, cache_dir: str | os.PathLike[str] | None,
-                err: Exception) -> NotCachedError:
+def _not_cached(src: ModelSource, filename: str, offline: bool, cache_dir: str | os.PathLike[str] | None
+                ) -> NotCachedError:
+    """The error for a file the Hub cache lacks where it cannot be downloaded (raise it from the
+    huggingface_hub error, which stays its cause)."""
     cache_root = Path(cache_dir if cache_dir is not None else constants.HF_HUB_CACHE).expanduser()
     repo_cache = cache_root / repo_folder_name(repo_id=src.repo_id, repo_type="model")
     revision = src.revision or "main"
     why = ("offline mode is on (HF_HUB_OFFLINE=1 or local_files_only=True)" if offline
            else "the Hub could not be reached")
     local = f"./{src.repo_id.split('/')[-1]}"
-    error = NotCachedError(
+    return NotCachedError(
         f"Cannot load {filename} of {src.repo_id}@{revision}: {why} and it is not in the Hub cache at "
         f"{repo_cache}. Either go online and retry, or on a machine with network run\n"
         f"    hf download {src.repo_id} --revision {revision} --local-dir {local}\n"
         f"copy that folder here and load it with hscl_zoo.load('local-dir:{local}')."
     )
-    error.__cause__ = err
-    return error
 
 
 def _hub_files(src: ModelSource, *, local_files_only: bool, cache_dir: str | os.PathLike[str] | None
@@ -200,7 +200,7 @@ def _hub_files(src: ModelSource, *, local_files_only: bool, cache_dir: str | os.
             index = download(INDEX_NAME)
         except (EntryNotFoundError, LocalEntryNotFoundError):
             if isinstance(first_error, LocalEntryNotFoundError):
-                raise _not_cached(src, WEIGHTS_NAME, offline, cache_dir, first_error) from None
+                raise _not_cached(src, WEIGHTS_NAME, offline, cache_dir) from first_error
             raise FileNotFoundError(f"{src.repo_id}@{src.revision or 'main'} has neither {WEIGHTS_NAME} nor "
                                     f"{INDEX_NAME}: it is not a repo written by hscl_zoo.push_to_hub.") from None
 
@@ -211,16 +211,16 @@ def _hub_files(src: ModelSource, *, local_files_only: bool, cache_dir: str | os.
             return index if single is None else None
         try:
             return download(name)
+        except LocalEntryNotFoundError as err:  # a subclass of EntryNotFoundError: not cached, not absent
+            raise _not_cached(src, name, offline, cache_dir) from err
         except EntryNotFoundError:
             return None
-        except LocalEntryNotFoundError as err:
-            raise _not_cached(src, name, offline, cache_dir, err) from None
 
     weights = weight_files(find, f"{src.repo_id}@{src.revision or 'main'}")
     try:
         config = download(CONFIG_NAME)
     except LocalEntryNotFoundError as err:
-        raise _not_cached(src, CONFIG_NAME, offline, cache_dir, err) from None
+        raise _not_cached(src, CONFIG_NAME, offline, cache_dir) from err
     return config, weights
 
 
