@@ -36,6 +36,21 @@ def missing_data(path: Path) -> str:
     return f"no test data {dataset} beside the clone: {GET_DATA[dataset]}"
 
 
+def write_cifar_sample(source: Path, out: Path, rows: dict[str, int], row_group: int = 64) -> Path:
+    """`rows[split]` rows of each split of the parquet folder `source` (CIFAR-10's), drawn at random
+    (seed 0) and kept in the file's own order, written to `out` in row groups of `row_group`."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    for split, n in rows.items():
+        (found,) = sorted(source.rglob(f"{split}-*.parquet"))[:1]
+        table = pq.read_table(found)
+        keep = np.sort(np.random.default_rng(0).choice(len(table), n, replace=False))
+        pq.write_table(table.take(keep), out / f"{split}-00000-of-00001.parquet", row_group_size=row_group)
+    return out
+
+
 def load_script(folder: str, name: str) -> ModuleType:
     """Import `<folder>/<name>.py` of the repository (recipes/, benchmarks/: not packages) from its
     file, once per test session, with its folder first on sys.path while it loads, as when it runs

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import missing_data
+from helpers import missing_data, write_cifar_sample
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -148,15 +148,7 @@ def _provide(need: str, root: Path) -> None:
                    "--output_dir", "runs/default"]
         subprocess.run(command, cwd=root, env=_env(), capture_output=True, text=True, timeout=TIMEOUT, check=True)
     if need == "data/cifar10" and not (root / "data" / "cifar10").is_dir():
-        import numpy as np
-        import pyarrow.parquet as pq
-
-        (root / "data" / "cifar10").mkdir(parents=True)
-        for split, rows in (("train", 320), ("test", 100)):
-            (source,) = sorted(CIFAR10.rglob(f"{split}-*.parquet"))[:1]
-            table = pq.read_table(source)
-            keep = np.sort(np.random.default_rng(0).choice(len(table), rows, replace=False))
-            pq.write_table(table.take(keep), root / "data" / "cifar10" / f"{split}-00000-of-00001.parquet", row_group_size=64)
+        write_cifar_sample(CIFAR10, root / "data" / "cifar10", {"train": 320, "test": 100})
     if need == "photos/" and not (root / "photos").is_dir():
         from hscl_zoo.data.datasets import load_splits
 

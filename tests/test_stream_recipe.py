@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from hscl_zoo.training import PretrainConfig
-from helpers import missing_data
+from helpers import missing_data, write_cifar_sample
 from test_pretrain import ENV, LAUNCH_ENV, RECIPE, ROOT, launch_command
 
 CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
@@ -29,13 +29,7 @@ def sample(tmp_path_factory) -> Path:
     """320 training and 100 test rows of CIFAR-10, drawn at random and kept in the file's order."""
     if not CIFAR10.is_dir():
         pytest.skip(missing_data(CIFAR10))
-    out = tmp_path_factory.mktemp("cifar10-sample")
-    for split, n in (("train", 320), ("test", 100)):
-        (source,) = sorted(CIFAR10.rglob(f"{split}-*.parquet"))[:1]
-        table = pq.read_table(source)
-        keep = np.sort(np.random.default_rng(0).choice(len(table), n, replace=False))
-        pq.write_table(table.take(keep), out / f"{split}-00000-of-00001.parquet", row_group_size=64)
-    return out
+    return write_cifar_sample(CIFAR10, tmp_path_factory.mktemp("cifar10-sample"), {"train": 320, "test": 100})
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

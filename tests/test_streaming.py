@@ -148,13 +148,17 @@ def test_columns_of_the_wrong_type(cifar, tmp_path):
         open_stream(f"parquet:{cifar}", image_column="label")
 
 
-@pytest.mark.slow  # two passes (each ends with datasets' 5 s pause): about 11 s
-def test_unreadable_image_named_or_skipped_and_counted(cifar, tmp_path):
+def with_broken_image(cifar: Path, folder: Path, row: int) -> Path:
+    """The first 200 rows of `cifar`, row `row`'s image replaced by bytes that decode to nothing."""
     table = pq.read_table(cifar).slice(0, 200)
     images = table["img"].to_pylist()
-    images[3] = {"bytes": b"not an image", "path": "train/broken.jpg"}
-    broken = write(tmp_path / "broken", table.set_column(0, "img", pa.array(images, type=table.schema.field("img").type)),
-                   row_group=100)
+    images[row] = {"bytes": b"not an image", "path": "train/broken.jpg"}
+    return write(folder, table.set_column(0, "img", pa.array(images, type=table.schema.field("img").type)), row_group=100)
+
+
+@pytest.mark.slow  # two passes (each ends with datasets' 5 s pause): about 11 s
+def test_unreadable_image_named_or_skipped_and_counted(cifar, tmp_path):
+    broken = with_broken_image(cifar, tmp_path / "broken", row=3)
     with pytest.raises(UnreadableImage, match=r"^parquet:.*\(train/broken.jpg\) cannot be decoded .*--skip_unreadable true"):
         keys_of(loader_for(broken))
     skipping = StreamingViews(open_stream(f"parquet:{broken}"), TO_TENSOR, buffer_size=0, skip_unreadable=True)
@@ -165,11 +169,7 @@ def test_unreadable_image_named_or_skipped_and_counted(cifar, tmp_path):
 
 @pytest.mark.slow  # worker processes: about 20 s here
 def test_unreadable_image_in_a_worker_is_one_line(cifar, tmp_path):
-    table = pq.read_table(cifar).slice(0, 200)
-    images = table["img"].to_pylist()
-    images[150] = {"bytes": b"not an image", "path": "train/broken.jpg"}
-    broken = write(tmp_path / "broken", table.set_column(0, "img", pa.array(images, type=table.schema.field("img").type)),
-                   row_group=100)
+    broken = with_broken_image(cifar, tmp_path / "broken", row=150)
     with pytest.raises(UnreadableImage, match=r"^parquet:.*of worker [01] .*\(train/broken.jpg\) cannot be decoded [^\n]*$"):
         keys_of(loader_for(broken, workers=2))
 
