@@ -16,6 +16,7 @@ from torch import nn
 
 from hscl_zoo.data.transforms import INTERPOLATIONS, eval_transform
 from hscl_zoo.evaluation import extract_features, knn_top1, preprocessing
+from hscl_zoo.features import encode_uint8
 
 FEATURES = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
 CFG = {"mean": (0.5, 0.4, 0.3), "std": (0.25, 0.2, 0.3), "input_size": (3, 4, 4)}
@@ -204,6 +205,93 @@ def test_an_output_that_is_not_a_batch_of_vectors_is_refused_with_its_shape(tran
     with pytest.raises(ValueError) as info:
         extract_features(encode, table(2), transform, progress=False)
     assert str(info.value) == SHAPE_MESSAGE.format(shown)
+
+
+# --- rows a training run already holds decoded (encode_uint8) ----------------------------------------
+
+def cached(n: int) -> torch.Tensor:
+    """``n`` random uint8 images (n, 3, 4, 4): an image cache."""
+    return torch.randint(0, 256, (n, 3, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+
+
+def as_float(x: torch.Tensor) -> torch.Tensor:
+    """An encoder's own transform in miniature: takes a uint8 batch, on whatever device it is."""
+    return x.float() / 255
+
+
+def test_cached_rows_are_encoded_in_order_in_eval_mode_without_decoding(transform):
+    data, images = table(5), cached(5)
+    model = Encoder()
+    model.proj = nn.Linear(48, 5)
+    model.train()
+    feats, labels = extract_features(model, data, as_float, images=images, batch_size=2, progress=False)
+    assert [size for size, _ in model.batches] == [2, 2, 1]
+    with torch.no_grad():
+        expected = model.eval()(as_float(images))
+    torch.testing.assert_close(feats, expected)
+    assert labels.dtype == torch.int64 and labels.tolist() == [1, 2, 0, 1, 2]
+
+
+def test_cached_rows_give_int64_labels_whatever_the_tables_format():
+    """A table formatted as numpy hands its int32 label column over as an int32 array."""
+    data = table(3).cast_column("label", datasets.Value("int32")).with_format("numpy")
+    _, labels = extract_features(nn.Flatten(), data, as_float, images=cached(3), progress=False)
+    assert labels.dtype == torch.int64 and labels.tolist() == [1, 2, 0]
+
+
+def test_cached_rows_keep_the_modules_mode_and_encode_with_plain_functions():
+    images = cached(3)
+    model = Encoder()
+    for training in (True, False):
+        model.train(training)
+        encode_uint8(model, as_float, images)
+        assert model.training is training
+    torch.testing.assert_close(encode_uint8(lambda x: x.flatten(1), as_float, images), as_float(images).flatten(1))
+
+
+def test_cached_batches_go_to_the_device_of_the_module_or_the_one_asked_for():
+    model = MetaEncoder()
+    assert encode_uint8(model, as_float, cached(3), batch_size=2).tolist() == [[48.0]] * 3
+    assert model.devices == [torch.device("meta")] * 2
+    devices = []
+
+    def encode(x):
+        devices.append(x.device)
+        return torch.ones(len(x), 1)
+
+    encode_uint8(encode, as_float, cached(3), batch_size=2, device="meta")
+    extract_features(encode, table(3), as_float, images=cached(3), batch_size=2, device="meta", progress=False)
+    assert devices == [torch.device("meta")] * 4
+
+
+def test_encode_uint8_runs_256_images_a_batch_by_default():
+    model = MetaEncoder()
+    encode_uint8(model, as_float, torch.zeros(257, 3, 1, 1, dtype=torch.uint8))
+    assert len(model.devices) == 2
+
+
+def test_autocast_runs_the_encoder_in_the_precision_asked_for():
+    """float16 autocast on the CPU rounds a linear layer's output where float32 does not, and the
+    default of autocast's CPU dtype (bfloat16) would round it differently."""
+    images = cached(6)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(48, 7))
+    with torch.no_grad():
+        full = model(as_float(images))
+        with torch.autocast("cpu", dtype=torch.float16):
+            half = model(as_float(images)).float()
+    got = encode_uint8(model, as_float, images, autocast_dtype=torch.float16)
+    assert torch.equal(got, half) and not torch.equal(got, full)
+    assert torch.equal(encode_uint8(model, as_float, images), full)
+
+
+def test_cached_rows_show_the_features_bar_only_when_asked(capsys):
+    extract_features(nn.Flatten(), table(4), as_float, images=cached(4), batch_size=2)
+    err = capsys.readouterr().err
+    assert err.startswith("\rfeatures:   0%|") and "| 0/2 [" in err
+    assert "\n" not in err and err.endswith("\r")
+    encode_uint8(nn.Flatten(), as_float, cached(4), batch_size=2)
+    extract_features(nn.Flatten(), table(4), as_float, images=cached(4), batch_size=2, progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def reference_knn(train_f, train_y, test_f, test_y, k, temperature) -> float:

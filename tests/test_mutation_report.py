@@ -126,3 +126,31 @@ def test_code_now_tells_whether_a_file_still_is_the_code_measured(tmp_path):
     assert mutation.unchanged_since("m.py", measured, tmp_path) is False
     assert mutation.unchanged_since("m.py", measured + "+dirty", tmp_path) is None
     assert mutation.unchanged_since("m.py", "0" * 40, tmp_path) is None
+
+
+def test_an_explanation_whose_line_or_function_is_gone_is_stale(tmp_path):
+    """Code that moved or changed leaves its explanations behind; they are named, not silently
+    dropped from the score."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("def f(x):\n    return x + 1\n\n\nclass C:\n    def g(self):\n        return 2\n")
+    entries = [{"function": "pkg.m.x_f", "change": ["-return x + 1", "+return x - 1"]},
+               {"function": "pkg.m.xǁCǁg", "change": ["-return 2", "+return 3"]},
+               {"function": "pkg.m.x_f", "change": ["-return x + 2", "+return x"]},
+               {"function": "pkg.m.xǁDǁg", "change": ["-return 2", "+return 3"]},
+               {"function": "pkg.gone.x_f", "change": ["-return x + 1", "+return x - 1"]}]
+    assert mutation.stale_equivalents(entries, tmp_path) == [
+        "pkg.m.x_f: no longer has the line 'return x + 2'",
+        "pkg.m.xǁDǁg: no such function in pkg/m.py",
+        "pkg.gone.x_f: no such function in pkg/gone.py",
+    ]
+
+
+def test_every_committed_explanation_describes_code_that_is_there():
+    """Each equivalent or GPU-only explanation names a function that exists and lines it still has."""
+    assert mutation.stale_equivalents(mutation.load_equivalents()) == []
+
+
+def test_every_target_and_its_test_files_exist():
+    for target, tests in mutation.TARGETS.items():
+        assert (mutation.ROOT / target).is_file(), target
+        assert [t for t in tests if not (mutation.ROOT / t).is_file()] == [], target

@@ -60,7 +60,7 @@ LOSS_FILES = tuple(sorted(f.relative_to(ROOT).as_posix() for f in (ROOT / "hscl_
 REPRODUCTION_TESTS = ("tests/test_reproduce.py", "tests/test_reproduction_rules.py")
 EVALUATION_TESTS = ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
                     "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py")
-HUB_TESTS = ("tests/test_hub.py", "tests/test_hub_sources.py", "tests/test_hub_contract.py",
+HUB_TESTS = ("tests/test_hub.py", "tests/test_hub_sources.py", "tests/test_hub_load.py", "tests/test_hub_contract.py",
              "tests/test_hostile_model_folders.py", "tests/test_registry.py")
 TARGETS: dict[str, tuple[str, ...]] = {
     **{loss_file: LOSS_TESTS for loss_file in LOSS_FILES},  # one target per file: one can be re-measured alone
@@ -97,14 +97,21 @@ def function_of(mutant: str) -> str:
     return mutant.partition("__mutmut_")[0]
 
 
+def function_node(source: str, mangled: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The definition in `source` of a function as mutmut mangles its name (`x_name`, or
+    `xǁClassǁmethod`); None when the module has no such function."""
+    name, cls = (mangled.split("ǁ")[2], mangled.split("ǁ")[1]) if "ǁ" in mangled else (mangled[2:], None)
+    tree = ast.parse(source)
+    scope = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls), None) if cls else tree
+    if scope is None:
+        return None
+    return next((n for n in ast.walk(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+
+
 def mutant_line(source: str, mutant: str, diff: str) -> int | None:
     """The source line a mutant changes: the first removed line of its diff, looked up inside the
     mutated function (the hunk's offset from the function's first line picks among equal lines)."""
-    mangled = function_of(mutant).rpartition(".")[2]
-    name, cls = (mangled.split("ǁ")[2], mangled.split("ǁ")[1]) if "ǁ" in mangled else (mangled[2:], None)
-    tree = ast.parse(source)
-    scope = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls), tree) if cls else tree
-    node = next((n for n in ast.walk(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+    node = function_node(source, function_of(mutant).rpartition(".")[2])
     lines = diff.splitlines()
     start = next((i for i, line in enumerate(lines) if HUNK.match(line)), None)
     offset, removed = 0, None
@@ -208,6 +215,25 @@ def load_equivalents(path: Path = EQUIVALENTS) -> list[dict[str, Any]]:
             raise SystemExit(f"{path}: entry {entry} needs function, change, a non-empty reason and, optionally, "
                              f"a kind out of {', '.join(KINDS)}")
     return [{"kind": KINDS[0], **entry} for entry in entries]
+
+
+def stale_equivalents(entries: list[dict[str, Any]], root: Path = ROOT) -> list[str]:
+    """The explanations that no longer describe the code at `root`: their module or function is
+    gone, or a line their mutant removes is no longer in that function (code moved or changed, so
+    the mutant is judged afresh). One line each: the function and what is missing."""
+    stale = []
+    for entry in entries:
+        module, _, mangled = entry["function"].rpartition(".")
+        path = root / (module.replace(".", "/") + ".py")
+        node = function_node(path.read_text(), mangled) if path.is_file() else None
+        if node is None:
+            stale.append(f"{entry['function']}: no such function in {path.relative_to(root)}")
+            continue
+        body = {line.strip() for line in path.read_text().splitlines()[node.lineno - 1:node.end_lineno]}
+        gone = next((line[1:] for line in entry["change"] if line.startswith("-") and line[1:] not in body), None)
+        if gone is not None:
+            stale.append(f"{entry['function']}: no longer has the line {gone!r}")
+    return stale
 
 
 def verdict(measured: dict[str, Any], equivalents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -323,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
     for file, entry in report["files"].items():
         score = entry["verdict"]["score"]
         print(f"{file}\t{entry['verdict']['counts']}\tscore {'-' if score is None else f'{100 * score:.1f} %'}")
+    for line in stale_equivalents(load_equivalents()):
+        print(f"stale explanation in {EQUIVALENTS.relative_to(ROOT)}: {line}")
 
 
 if __name__ == "__main__":

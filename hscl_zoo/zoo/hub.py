@@ -100,7 +100,7 @@ def _as_files(weights: WeightFiles | str | os.PathLike[str]) -> WeightFiles:
     if isinstance(weights, WeightFiles):
         return weights
     path = Path(weights)
-    return WeightFiles({path.name: path}, {})
+    return WeightFiles({path.name: path})
 
 
 def load_weights(model: nn.Module, weights: WeightFiles | str | os.PathLike[str], *, config_path: str | None = None) -> None:

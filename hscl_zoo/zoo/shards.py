@@ -41,11 +41,9 @@ class ShardLayoutError(ValueError):
 @dataclass(frozen=True)
 class WeightFiles:
     """The weight files of one model: ``paths`` maps each file name to where it lies (a folder, or
-    a Hub cache snapshot), ``weight_map`` each tensor to its file; ``index`` is the index file's
-    path for a sharded model, else None."""
+    a Hub cache snapshot); ``index`` is the index file's path for a sharded model, else None."""
 
     paths: Mapping[str, Path]
-    weight_map: Mapping[str, str]
     index: Path | None = None
 
     def __str__(self) -> str:
@@ -155,7 +153,7 @@ def weight_files(find: Callable[[str], Path | None], where: str) -> WeightFiles:
         raise ShardLayoutError(f"{where} holds both {WEIGHTS_NAME} and {INDEX_NAME}; keep the one save_pretrained "
                                "wrote last and delete the other.")
     if single is not None:
-        return WeightFiles({WEIGHTS_NAME: single}, dict.fromkeys(_header_keys(single), WEIGHTS_NAME))
+        return WeightFiles({WEIGHTS_NAME: single})
     if index_path is None:
         raise FileNotFoundError(f"{where} has neither {WEIGHTS_NAME} nor {INDEX_NAME}; {_RESAVE}.")
     weight_map = read_index(index_path)
@@ -181,7 +179,7 @@ def weight_files(find: Callable[[str], Path | None], where: str) -> WeightFiles:
     if absent:
         raise ShardLayoutError(f"{index_path}: puts {absent[0]!r} in {weight_map[absent[0]]}, which does not hold it; "
                                f"the index must equal the shards' headers ({_RESAVE}).")
-    return WeightFiles(paths, weight_map, index_path)
+    return WeightFiles(paths, index_path)
 
 
 def tensor_shapes(files: WeightFiles) -> dict[str, tuple[int, ...]]:
