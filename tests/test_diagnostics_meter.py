@@ -216,3 +216,18 @@ def test_a_meter_started_from_a_saved_state_continues_it_exactly():
         resumed.compute()
     with pytest.raises(ValueError, match=r"a state holds \d+ sums, got shape \(3,\)"):
         DiagnosticsMeter(beta=1.0).start_from(torch.zeros(3))
+
+
+def test_a_meter_started_from_a_state_summarises_it_before_any_batch_and_sums_in_float64():
+    """A run stopped right at a checkpoint resumes with no batch left in the epoch: the meter
+    started from the saved state summarises it as the meter that saved it did. A state that
+    travelled as float32 is widened, so the sums still add in float64."""
+    data = batches(torch.float64)
+    first, resumed, widened = (DiagnosticsMeter(threshold=0.1) for _ in range(3))
+    for f, y in data:
+        first.update(f, y)
+    resumed.start_from(first.state())
+    assert resumed.compute() == first.compute()
+    widened.start_from(first.state().float())
+    widened.update(*data[0])
+    assert widened.state().dtype == torch.float64

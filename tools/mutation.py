@@ -59,7 +59,8 @@ LOSS_FILES = tuple(sorted(f.relative_to(ROOT).as_posix() for f in (ROOT / "hscl_
                           if "def " in f.read_text()))  # files without a function have no mutant
 REPRODUCTION_TESTS = ("tests/test_reproduce.py", "tests/test_reproduction_rules.py")
 EVALUATION_TESTS = ("tests/test_evaluation.py", "tests/test_transfer.py", "tests/test_linear_probe_contract.py",
-                    "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py")
+                    "tests/test_knn_and_features_contract.py", "tests/test_evaluate_protocols_contract.py",
+                    "tests/test_signatures.py")
 HUB_TESTS = ("tests/test_hub.py", "tests/test_hub_sources.py", "tests/test_hub_load.py", "tests/test_hub_contract.py",
              "tests/test_hostile_model_folders.py", "tests/test_registry.py")
 TARGETS: dict[str, tuple[str, ...]] = {
