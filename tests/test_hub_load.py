@@ -14,14 +14,13 @@ from torch import nn
 from hscl_zoo.models import create_model
 from hscl_zoo.zoo.hub import ConfigMismatchError, check_weights, load
 from hscl_zoo.zoo.registry import info
-from hscl_zoo.zoo.releases import pin_folder
+from hscl_zoo.zoo.releases import fetch_release, pin_folder
 from hscl_zoo.zoo.saving import save_pretrained
 from hscl_zoo.zoo.schema import ConfigSchemaError
-from helpers import REPO as CHECKOUT, make_hub_cache
+from helpers import make_hub_cache
 
 REPO = "hscl-test/tiny-load"
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
-MUTAG = CHECKOUT / "releases" / "hscl-beta-mutag"  # a published graph encoder's folder
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +37,12 @@ def folder(model: nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bf16_folder(model: nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_pretrained(model, tmp_path_factory.mktemp("bf16") / "net", dtype=torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def mutag() -> Path:
+    """The folder of a published graph encoder, found as load finds it."""
+    return fetch_release(info("hscl-beta-mutag"), offline=True).files["config.json"].parent
 
 
 @pytest.fixture
@@ -110,19 +115,19 @@ def test_a_config_without_torch_dtype_was_stored_in_float32(folder: Path, tmp_pa
     assert _dtypes(load(old, dtype="stored")) == {torch.float32}
 
 
-def test_an_unknown_torch_dtype_names_the_file_the_choices_and_the_fix(tmp_path: Path) -> None:
+def test_an_unknown_torch_dtype_names_the_file_the_choices_and_the_fix(mutag: Path, tmp_path: Path) -> None:
     """A graph config has no image schema to check its precision first: load's own check answers."""
-    odd = _copy(MUTAG, tmp_path / "odd", torch_dtype="float8")
+    odd = _copy(mutag, tmp_path / "odd", torch_dtype="float8")
     with pytest.raises(ValueError) as err:
         load(odd)
     assert str(err.value) == (f"{odd / 'config.json'}: torch_dtype 'float8' is not one of ['float32', 'bfloat16', "
                               "'float16']; re-save the model with hscl_zoo.save_pretrained.")
 
 
-def test_a_graph_config_without_torch_dtype_was_stored_in_float32(tmp_path: Path) -> None:
-    assert "torch_dtype" not in json.loads((MUTAG / "config.json").read_text())
-    assert _dtypes(load(MUTAG, dtype="stored")) == {torch.float32}
-    assert _dtypes(load(_copy(MUTAG, tmp_path / "half", torch_dtype="float16"), dtype="stored")) == {torch.float16}
+def test_a_graph_config_without_torch_dtype_was_stored_in_float32(mutag: Path, tmp_path: Path) -> None:
+    assert "torch_dtype" not in json.loads((mutag / "config.json").read_text())
+    assert _dtypes(load(mutag, dtype="stored")) == {torch.float32}
+    assert _dtypes(load(_copy(mutag, tmp_path / "half", torch_dtype="float16"), dtype="stored")) == {torch.float16}
 
 
 # --- which checks run on which config ---------------------------------------------------------------
