@@ -84,6 +84,16 @@ def test_report_keeps_other_files_and_rejudges_on_every_write(tmp_path):
     assert "| pkg/n.py | 4 | 4 |" in (tmp_path / "mutation.md").read_text()
 
 
+def test_a_worktrees_report_brings_only_its_newer_measurements(tmp_path):
+    report, theirs, equivalents = tmp_path / "mutation.json", tmp_path / "theirs.json", tmp_path / "eq.yaml"
+    equivalents.write_text("[]\n")
+    later = {**MEASURED, "date": "2026-02-01T00:00:00+00:00", "killed": 8}
+    mutation.write_report({"pkg/m.py": MEASURED, "pkg/n.py": later}, "mutmut 0", report, equivalents)
+    mutation.write_report({"pkg/m.py": later, "pkg/n.py": MEASURED, "pkg/o.py": MEASURED}, "mutmut 0", theirs,
+                          equivalents)
+    assert mutation.newer_measurements(theirs, report) == {"pkg/m.py": later, "pkg/o.py": MEASURED}
+
+
 def test_gpu_only_survivors_keep_counting_against_the_score():
     """A survivor explained as GPU-only stays a survivor (in the score's denominator, listed with its
     reason); only an equivalent one leaves the denominator."""

@@ -18,6 +18,7 @@ every mutant tools/mutation_equivalents.yaml declares equivalent, with its reaso
     python tools/mutation.py --all                                        # every target (hours)
     python tools/mutation.py --count --all       # mutants per file, without running any test
     python tools/mutation.py --report-only       # re-render mutation.md after editing the equivalents
+    python tools/mutation.py --merge ../wt/benchmarks/results/mutation.json  # take in a worktree's newer runs
 
 Needs the `mutation` extra (`pip install -e .[mutation]`). A measurement, not a CI step.
 """
@@ -319,6 +320,15 @@ def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RE
     return report
 
 
+def newer_measurements(other: Path, path: Path = RESULTS) -> dict[str, dict[str, Any]]:
+    """The files `other` (another checkout's report, e.g. a worktree's that ran in the background)
+    measured later than the report at `path` did: their raw measurements, to merge into it."""
+    mine = json.loads(path.read_text())["files"] if path.is_file() else {}
+    theirs = json.loads(other.read_text())["files"]
+    return {file: entry["measured"] for file, entry in theirs.items()
+            if file not in mine or entry["measured"]["date"] > mine[file]["measured"]["date"]}
+
+
 def count(target: str) -> dict[str, int]:
     """Mutants per file of a target, generated as `mutmut run` would, without running any test."""
     from mutmut.mutation.file_mutation import mutate_file_contents
@@ -333,16 +343,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all", action="store_true", help="every target, one after the other")
     parser.add_argument("--count", action="store_true", help="only count the mutants of each file")
     parser.add_argument("--report-only", action="store_true", help="re-judge and re-render the committed report")
+    parser.add_argument("--merge", action="append", type=Path, default=[], metavar="REPORT",
+                        help="take in the newer measurements of another checkout's mutation.json (repeatable)")
     args = parser.parse_args(argv)
     targets = sorted(TARGETS) if args.all else args.module
-    if not targets and not args.report_only:
-        parser.error("name a target with --module PATH (or --all, or --report-only)")
+    if not targets and not args.report_only and not args.merge:
+        parser.error("name a target with --module PATH (or --all, --merge REPORT or --report-only)")
     if args.count:
         for target in targets:
             for file, n in count(target).items():
                 print(f"{file}\t{n}")
         return
     measured = {}
+    for other in args.merge:
+        measured.update(newer_measurements(other))
     for target in targets:
         print(f"{target}: running mutmut (log: {workspace_dir(target) / 'mutmut-run.log'})", flush=True)
         measured.update(run_target(target))
