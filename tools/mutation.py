@@ -164,7 +164,9 @@ def workspace(target: str) -> Path:
 def mutmut(ws: Path, *args: str, log: Path | None = None) -> str:
     """Run mutmut's command line in a workspace (one worker, one torch thread) and return its output,
     written as it comes to `log` when given (a long run can be followed there)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # mutmut runs the tests from its copy of the code (mutants/), which has no releases/: the
+    # package reads the checkout's releases and results, as tests/conftest.py would have it.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HSCL_ZOO_ROOT": str(ROOT)}
     cmd = [sys.executable, "-c", "from mutmut.__main__ import cli; cli()", *args]
     if log is None:
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True)
