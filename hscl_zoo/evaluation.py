@@ -206,7 +206,7 @@ def evaluate_model(source: Any, dataset: str | None = None, **options: Any) -> d
     ``knn_k``, ``seed``, ``full_test``, ``labelled_fraction``, ``metrics``, ``device``,
     ``progress``); any other keyword is a source option.
     """
-    chosen, source_options = split_options(EvalOptions, options, "evaluate_model", rest_allowed=True)
+    chosen, source_options = split_options(EvalOptions, options)
     data_dir, subset, full_test, labelled_fraction = chosen.data_dir, chosen.subset, chosen.full_test, chosen.labelled_fraction
     metrics = check_metrics(chosen.metrics)
     device, progress = chosen.device, chosen.progress

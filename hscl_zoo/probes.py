@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from hscl_zoo._options import split_options
+from hscl_zoo._options import gather_options
 
 __all__ = ["CONSTANT_FEATURE", "ProbeResult", "ProbeSettings", "knn_top1", "linear_probe", "topk_accuracy"]
 
@@ -134,7 +134,7 @@ def linear_probe(
     ``options`` are the fields of :class:`ProbeSettings` (``epochs``, ``lr``, ``weight_decay``,
     ``batch_size``, ``seed``, ``device``, ``progress``), keyword-only, with its defaults.
     """
-    settings, _ = split_options(ProbeSettings, options, "linear_probe")
+    settings = gather_options(ProbeSettings, options, "linear_probe")
     epochs, lr, weight_decay, batch_size = settings.epochs, settings.lr, settings.weight_decay, settings.batch_size
     seed, device, progress = settings.seed, settings.device, settings.progress
     _check_pairs(train_feats, train_labels, "train")

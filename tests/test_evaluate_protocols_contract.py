@@ -192,6 +192,45 @@ def test_num_workers_decode_every_pass_in_worker_processes(half_labelled):
     assert encoder.transform.in_this_process == []
 
 
+class CacheTransform(RecordingTransform):
+    """The encoder's own transform as a zoo encoder's is: a uint8 batch (an image cache) is scaled
+    to [0, 1] and nothing else, a PIL image gets the eval transform (and is recorded)."""
+
+    def __call__(self, image):
+        return image.float() / 255 if isinstance(image, torch.Tensor) else super().__call__(image)
+
+
+def test_splits_given_as_image_caches_are_encoded_from_them_not_decoded(half_labelled):
+    """A training run hands its decoded rows over: each split given is encoded from its uint8
+    tensor (so every metric reads those features), the result says so, and no image is decoded."""
+    encoder = FixedEncoder(half_labelled.spec)
+    encoder.transform = CacheTransform(encoder.pretrained_cfg)
+    labelled = half_labelled.labelled()
+    generator = torch.Generator().manual_seed(5)
+    caches = {split: torch.randint(0, 256, (len(rows), 3, 16, 16), dtype=torch.uint8, generator=generator)
+              for split, rows in (("train", labelled.train), ("test", labelled.test))}
+    result = evaluate_encoder(encoder, half_labelled, metrics=("knn", "retrieval"), knn_k=5, images=caches,
+                              progress=False)
+    assert encoder.transform.in_this_process == []
+    assert result["features_from"] == {"train": "image cache", "test": "image cache"}
+    train_f, test_f = ((caches[split].float() / 255).flatten(1) @ encoder.maps for split in ("train", "test"))
+    train_y, test_y = (torch.tensor(rows["label"]) for rows in (labelled.train, labelled.test))
+    assert result["knn_top1"] == knn_top1(train_f, train_y, test_f, test_y, k=5)
+    assert result["retrieval"] == retrieval_metrics(test_f, test_y, train_f, train_y)
+
+    one = evaluate_encoder(encoder, half_labelled, metrics=("knn",), knn_k=5, images={"test": caches["test"]},
+                           progress=False)
+    assert one["features_from"] == {"train": "decoded images", "test": "image cache"}
+    decoded_train, _ = extract_features(encoder.encode, labelled.train, encoder.transform, progress=False)
+    assert one["knn_top1"] == knn_top1(decoded_train, train_y, test_f, test_y, k=5)
+
+
+def test_an_image_cache_for_an_unknown_split_is_refused_with_the_names_to_use(half_labelled):
+    with pytest.raises(ValueError) as err:
+        evaluate_encoder(FixedEncoder(half_labelled.spec), half_labelled, images={"val": torch.zeros(1, 3, 16, 16)})
+    assert str(err.value) == "images has splits ['val']; name them 'train' and 'test'."
+
+
 # ---- evaluate_model and evaluate_transfer on a saved zoo model ----
 
 
