@@ -190,9 +190,9 @@ def on(dataset, record):
 
 
 def test_ordering_waits_for_one_named_dataset_every_method_and_two_seeds():
-    assert claim([run("scl")], "ordering").evidence == "the runs do not all name one dataset (config.dataset)."
-    mixed = [on("cifar10", run("scl")), on("cifar100", run("ucl"))]
-    assert claim(mixed, "ordering").evidence == "the runs do not all name one dataset (config.dataset)."
+    unnamed = Verdict(CLAIMS["ordering"], NOT_TESTABLE, "the runs do not all name one dataset (config.dataset).")
+    assert claim([run("scl")], "ordering") == unnamed
+    assert claim([on("cifar10", run("scl")), on("cifar100", run("ucl"))], "ordering") == unnamed
     assert claim([on("digits", run("scl"))], "ordering") == Verdict(
         CLAIMS["ordering"], NOT_TESTABLE, "the paper reports no digits results.")
     three = [on("cifar100", run(m)) for m in ("scl", "ucl", "hscl-beta")]
