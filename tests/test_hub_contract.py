@@ -60,11 +60,13 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class FakeHub:
     """A real HTTP server on 127.0.0.1 answering the Hub's resolve URLs for the files ``publish``ed to
-    it, with the headers huggingface_hub reads (commit, etag, size). Anything else gets a page without
-    them, as from a firewall or captive portal. Records each request's method, path and User-Agent."""
+    it, with the headers huggingface_hub reads (commit, etag, size), and the Hub's "entry not found"
+    404 for the files ``absent`` names. Anything else gets a page without them, as from a firewall or
+    captive portal. Records each request's method, path and User-Agent."""
 
     def __init__(self) -> None:
         self.files: dict[str, tuple[str, bytes]] = {}
+        self.absent: set[str] = set()
         self.requests: list[tuple[str, str, str]] = []
         hub = self
 
@@ -72,6 +74,12 @@ class FakeHub:
             def _answer(self, body: bool) -> None:
                 if len(hub.requests) < 100:
                     hub.requests.append((self.command, self.path, self.headers.get("User-Agent", "")))
+                if self.path in hub.absent:
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 commit, data = hub.files.get(self.path, (None, b"<html>portal</html>"))
                 self.send_response(200)
                 if commit is not None:
@@ -206,6 +214,25 @@ def test_local_files_only_never_reaches_the_hub(online: None, hub_server: FakeHu
     with pytest.raises(NotCachedError, match="offline mode is on"):
         load(f"hf-hub:{REPO}", cache_dir=tmp_path, local_files_only=True)
     assert hub_server.requests == []
+
+
+@pytest.mark.parametrize("revision, shown", [(None, "main"), ("v1", "v1")])
+def test_a_hub_repo_without_weights_is_named_as_not_written_by_hscl_zoo(online: None, hub_server: FakeHub,
+                                                                       saved: Path, tmp_path: Path,
+                                                                       revision: str | None, shown: str) -> None:
+    """Online, a repo whose config.json is there but neither weights file is: the Hub says both are
+    absent, and the message names the repo, its revision and what wrote it."""
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    shutil.copy(saved / "config.json", config_only)
+    hub_server.publish(REPO, MAIN_COMMIT, config_only)
+    hub_server.files.update({path.replace(f"/{MAIN_COMMIT}/", "/v1/"): file for path, file in hub_server.files.items()})
+    hub_server.absent.update(f"/{REPO}/resolve/{rev}/{name}" for rev in ("main", "v1")
+                             for name in ("model.safetensors", "model.safetensors.index.json"))
+    with pytest.raises(FileNotFoundError) as err:
+        load(f"hf-hub:{REPO}" + (f"@{revision}" if revision else ""), cache_dir=tmp_path / "cache")
+    assert str(err.value) == (f"{REPO}@{shown} has neither model.safetensors nor model.safetensors.index.json: it is "
+                              "not a repo written by hscl_zoo.push_to_hub.")
 
 
 # --- revisions ------------------------------------------------------------------------------------
