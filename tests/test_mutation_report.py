@@ -84,14 +84,16 @@ def test_report_keeps_other_files_and_rejudges_on_every_write(tmp_path):
     assert "| pkg/n.py | 4 | 4 |" in (tmp_path / "mutation.md").read_text()
 
 
-def test_a_worktrees_report_brings_only_its_newer_measurements(tmp_path):
-    report, theirs, equivalents = tmp_path / "mutation.json", tmp_path / "theirs.json", tmp_path / "eq.yaml"
+def test_worktrees_reports_bring_the_newest_measurement_of_each_file(tmp_path):
+    report, first, second, equivalents = (tmp_path / n for n in ("mutation.json", "a.json", "b.json", "eq.yaml"))
     equivalents.write_text("[]\n")
-    later = {**MEASURED, "date": "2026-02-01T00:00:00+00:00", "killed": 8}
+    later, latest = ({**MEASURED, "date": f"2026-0{month}-01T00:00:00+00:00", "killed": month} for month in (2, 3))
     mutation.write_report({"pkg/m.py": MEASURED, "pkg/n.py": later}, "mutmut 0", report, equivalents)
-    mutation.write_report({"pkg/m.py": later, "pkg/n.py": MEASURED, "pkg/o.py": MEASURED}, "mutmut 0", theirs,
+    mutation.write_report({"pkg/m.py": latest, "pkg/n.py": MEASURED, "pkg/o.py": MEASURED}, "mutmut 0", first,
                           equivalents)
-    assert mutation.newer_measurements(theirs, report) == {"pkg/m.py": later, "pkg/o.py": MEASURED}
+    mutation.write_report({"pkg/m.py": later, "pkg/o.py": later}, "mutmut 0", second, equivalents)
+    assert mutation.newer_measurements([first, second], report) == {"pkg/m.py": latest, "pkg/o.py": later}
+    assert mutation.newer_measurements([second, first], report) == {"pkg/m.py": latest, "pkg/o.py": later}
 
 
 def test_gpu_only_survivors_keep_counting_against_the_score():

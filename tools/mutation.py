@@ -322,13 +322,18 @@ def write_report(measured: dict[str, dict[str, Any]], tool: str, path: Path = RE
     return report
 
 
-def newer_measurements(other: Path, path: Path = RESULTS) -> dict[str, dict[str, Any]]:
-    """The files `other` (another checkout's report, e.g. a worktree's that ran in the background)
-    measured later than the report at `path` did: their raw measurements, to merge into it."""
-    mine = json.loads(path.read_text())["files"] if path.is_file() else {}
-    theirs = json.loads(other.read_text())["files"]
-    return {file: entry["measured"] for file, entry in theirs.items()
-            if file not in mine or entry["measured"]["date"] > mine[file]["measured"]["date"]}
+def newer_measurements(others: list[Path], path: Path = RESULTS) -> dict[str, dict[str, Any]]:
+    """Per file, the newest raw measurement among the reports `others` (other checkouts', e.g.
+    worktrees that ran in the background) when it is newer than the report at `path`'s: what to
+    merge into it."""
+    newest = json.loads(path.read_text())["files"] if path.is_file() else {}
+    newest = {file: entry["measured"] for file, entry in newest.items()}
+    taken = {}
+    for other in others:
+        for file, entry in json.loads(other.read_text())["files"].items():
+            if file not in newest or entry["measured"]["date"] > newest[file]["date"]:
+                newest[file] = taken[file] = entry["measured"]
+    return taken
 
 
 def count(target: str) -> dict[str, int]:
@@ -357,8 +362,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{file}\t{n}")
         return
     measured = {}
-    for other in args.merge:
-        measured.update(newer_measurements(other))
+    measured.update(newer_measurements(args.merge))
     for target in targets:
         print(f"{target}: running mutmut (log: {workspace_dir(target) / 'mutmut-run.log'})", flush=True)
         measured.update(run_target(target))
