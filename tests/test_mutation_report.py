@@ -166,3 +166,25 @@ def test_every_target_and_its_test_files_exist():
     for target, tests in mutation.TARGETS.items():
         assert (mutation.ROOT / target).is_file(), target
         assert [t for t in tests if not (mutation.ROOT / t).is_file()] == [], target
+
+
+def test_a_run_after_another_in_the_same_checkout_still_names_a_clean_commit(tmp_path):
+    """A checkout that has run one target holds an updated report: the next target's code is still
+    the commit's, while any other change makes it +dirty."""
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    for path in (results / "mutation.json", results / "mutation.md", tmp_path / "m.py"):
+        path.write_text("before\n")
+    git("add", ".")
+    git("commit", "-qm", "measured")
+    head = git("rev-parse", "HEAD")
+    (results / "mutation.json").write_text("after\n")
+    (results / "mutation.md").write_text("after\n")
+    assert mutation.measured_commit(tmp_path) == head
+    (tmp_path / "m.py").write_text("after\n")
+    assert mutation.measured_commit(tmp_path) == head + "+dirty"

@@ -180,14 +180,23 @@ def mutmut(ws: Path, *args: str, log: Path | None = None) -> str:
     return output
 
 
+def measured_commit(root: Path = ROOT) -> str | None:
+    """The commit whose code a run measures, "+dirty" when anything but this report differs from it
+    (the report itself changes with every target a checkout runs, and is not code)."""
+    from hscl_zoo._provenance import code_commit
+
+    report = [f":(exclude){RESULTS.relative_to(ROOT).with_suffix(ext).as_posix()}" for ext in (".json", ".md")]
+    return code_commit(root, paths=(".", *report))
+
+
 def run_target(target: str) -> dict[str, dict[str, Any]]:
     """Mutation-test one target from scratch; per file, the raw measurement (killed count and every
     mutant not killed, with its status, line and diff)."""
     from mutmut.stats import status_by_exit_code
-    from hscl_zoo._provenance import code_commit, utc_now
+    from hscl_zoo._provenance import utc_now
 
     ws = workspace(target)
-    commit, date = code_commit(ROOT, paths=()), utc_now()
+    commit, date = measured_commit(ROOT), utc_now()
     started = time.perf_counter()
     mutmut(ws, "run", "--max-children", "1", log=ws / "mutmut-run.log")
     seconds = time.perf_counter() - started
