@@ -212,6 +212,10 @@ def evaluate_model(source: Any, dataset: str | None = None, **options: Any) -> d
     device, progress = chosen.device, chosen.progress
     target = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
     model = load(source, device=target)
+    if not hasattr(model, "pretrained_cfg"):
+        raise ValueError(f"{source} loads as a {type(model).__name__}, not an image encoder, and evaluate_model scores "
+                         f"image encoders; score a graph encoder with `hscl-zoo eval {source}` (in Python: "
+                         "hscl_zoo.graphs.recipe.evaluate_graph_encoder).")
     training = model.training_summary or {}
     recipe = training.get("recipe_config") or {}
     dataset = dataset or training.get("dataset")

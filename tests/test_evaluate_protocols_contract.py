@@ -316,6 +316,14 @@ def test_another_dataset_takes_the_runs_probe_settings_but_not_its_data_settings
     assert (result["protocol"]["seed"], result["protocol"]["knn"]["k"]) == (7, 3)
 
 
+def test_a_graph_encoder_is_sent_to_the_graph_evaluation():
+    with pytest.raises(ValueError) as err:
+        evaluate_model("hscl-beta-mutag", "digits", progress=False)
+    assert str(err.value) == ("hscl-beta-mutag loads as a GraphEncoder, not an image encoder, and evaluate_model "
+                              "scores image encoders; score a graph encoder with `hscl-zoo eval hscl-beta-mutag` "
+                              "(in Python: hscl_zoo.graphs.recipe.evaluate_graph_encoder).")
+
+
 def test_a_model_without_a_training_dataset_needs_one(model_dir, tmp_path):
     model = hscl_zoo.create_model("resnet10t", num_classes=10, image_size=16, mean=[0.3] * 3, std=[0.3] * 3)
     bare = model.save_pretrained(tmp_path / "bare")
