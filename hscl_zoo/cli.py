@@ -79,8 +79,10 @@ def add_eval_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", default=",".join(METRICS),
                         help=f"comma-separated, from {', '.join(METRICS)} (default: all)")
     parser.add_argument("--subset", type=int, help="class-balanced number of training images")
-    parser.add_argument("--full_test", action=argparse.BooleanOptionalAction,
-                        help="with --subset, keep the whole test split (default: the run's)")
+    parser.add_argument("--full_test", nargs="?", const=True, type=_true_false, metavar="true|false",
+                        help="with --subset, keep the whole test split (bare: true, as on hscl-zoo train; default: "
+                        "the run's)")
+    parser.add_argument("--no-full_test", dest="full_test", action="store_false", help=argparse.SUPPRESS)
     parser.add_argument("--labelled_fraction", type=float,
                         help="probe on this seeded, class-balanced part of the training labels (default: the run's)")
     parser.add_argument("--probe_epochs", type=int, help=f"default: the run's, else {EVAL_DEFAULTS['probe_epochs']}")

@@ -187,6 +187,21 @@ def test_eval_on_digits_writes_json(model_dir, tmp_path, capsys):
     assert {k: result[k] for k in ("top1", "top5", "knn_top1")} == {k: direct[k] for k in ("top1", "top5", "knn_top1")}
 
 
+@pytest.mark.parametrize("given, full_test", [([], None), (["--full_test"], True), (["--full_test", "true"], True),
+                                               (["--full_test", "false"], False), (["--no-full_test"], False)])
+def test_eval_reads_full_test_as_train_does(given, full_test):
+    """Bare or with true/false, as on hscl-zoo train; absent, the run's own setting (None)."""
+    from hscl_zoo.cli import build_parser
+
+    assert build_parser().parse_args(["eval", "MODEL", *given]).full_test is full_test
+
+
+def test_eval_refuses_a_full_test_that_is_not_true_or_false(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "MODEL", "--full_test", "maybe"])
+    assert "argument --full_test: 'maybe' is not true or false" in capsys.readouterr().err
+
+
 def test_eval_unknown_dataset(model_dir, capsys):
     assert main(["eval", str(model_dir), "--dataset", "mnist"]) == 1
     assert "unknown dataset 'mnist'; known datasets:" in capsys.readouterr().err
