@@ -56,8 +56,11 @@ def _copy(folder: Path, to: Path, **config_changes) -> Path:
     """The folder copied to ``to`` with its config.json's top-level keys changed (None: removed)."""
     shutil.copytree(folder, to)
     config = json.loads((to / "config.json").read_text())
-    config.update(config_changes)
-    config = {key: value for key, value in config.items() if value is not None}
+    for key, value in config_changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
     (to / "config.json").write_text(json.dumps(config))
     return to
 
