@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hscl_zoo._options import split_options
+from hscl_zoo._options import gather_options, split_options
 from hscl_zoo.audit import audit
 from hscl_zoo.data.catalog import DATASETS
 from hscl_zoo.data.datasets import load_splits
 from hscl_zoo.data.labelling import partly_labelled
+from hscl_zoo.data.source_options import SourceOptions
 from hscl_zoo.data.sources import source_options as pick_source_options
 from hscl_zoo.data.transforms import DEFAULT_INTERPOLATION, eval_transform
 from hscl_zoo.features import extract_features
@@ -204,9 +205,11 @@ def evaluate_model(source: Any, dataset: str | None = None, **options: Any) -> d
     model without a training dataset when ``dataset`` is not given.
     Options: the fields of :class:`EvalOptions` (``data_dir``, ``subset``, ``probe_epochs``,
     ``knn_k``, ``seed``, ``full_test``, ``labelled_fraction``, ``metrics``, ``device``,
-    ``progress``); any other keyword is a source option.
+    ``progress``) and the own-data options of :class:`hscl_zoo.data.SourceOptions`; any other
+    keyword is a TypeError, raised before the model loads.
     """
     chosen, source_options = split_options(EvalOptions, options)
+    gather_options(SourceOptions, source_options, "evaluate_model")  # a misspelt option is refused before any load
     data_dir, subset, full_test, labelled_fraction = chosen.data_dir, chosen.subset, chosen.full_test, chosen.labelled_fraction
     metrics = check_metrics(chosen.metrics)
     device, progress = chosen.device, chosen.progress

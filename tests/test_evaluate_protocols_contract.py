@@ -316,6 +316,13 @@ def test_another_dataset_takes_the_runs_probe_settings_but_not_its_data_settings
     assert (result["protocol"]["seed"], result["protocol"]["knn"]["k"]) == (7, 3)
 
 
+def test_a_misspelt_option_is_refused_before_the_model_loads(capsys):
+    with pytest.raises(TypeError) as err:
+        evaluate_model("hscl-beta-mutag", "digits", epoch=3)
+    assert str(err.value) == "evaluate_model() got an unexpected keyword argument 'epoch'"
+    assert capsys.readouterr().err == ""
+
+
 def test_a_graph_encoder_is_sent_to_the_graph_evaluation():
     with pytest.raises(ValueError) as err:
         evaluate_model("hscl-beta-mutag", "digits", progress=False)
