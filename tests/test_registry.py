@@ -165,13 +165,16 @@ def test_unknown_name_lists_closest():
     assert "list_models" in str(err.value)
 
 
-def test_summary_shows_publication_status():
+def test_summary_shows_publication_status_and_a_hub_repo_only_once_it_is_there():
     text = str(info("hscl-beta-tinyimagenet"))  # no tag of it is published yet
-    assert "hscl-zoo/hscl-beta-tinyimagenet" in text and "65.39" in text
+    assert "65.39" in text and "hub repo" not in text and "hscl-zoo/" not in text
     assert "train it:    hscl-zoo train --config hscl-beta-tinyimagenet\n" in text + "\n"
+    released = dataclasses.replace(info("hscl-beta-tinyimagenet"), files=FILES, metrics={"top1": 74.9})
+    assert "published: releases/ (not on the Hub yet)" in str(released) and "hub repo" not in str(released)
     published = dataclasses.replace(info("hscl-beta-tinyimagenet"), revision="a" * 40, files=FILES, metrics={"top1": 74.9})
     text = str(published)
     assert "published: the Hub at revision " + "a" * 40 in text and "top1=74.9" in text and "train it" not in text
+    assert "  hub repo:    hscl-zoo/hscl-beta-tinyimagenet\n" in text
     assert f"file:        model.safetensors sha256 {'b' * 64} (1,234 bytes)" in text
 
 

@@ -232,8 +232,9 @@ class ZooEntry:
             + "".join(f", {key} = {value:g}" for key, value in served.hyperparameters.items()),
             f"  dataset:     {self.dataset} ({self.dataset_display}, {self.num_classes} classes)",
             f"  backbone:    {served.backbone}",
-            f"  hub repo:    {served.hub_repo}",
         ]
+        if served.revision:
+            lines += [f"  hub repo:    {served.hub_repo}"]
         if self.modality == "image":
             lines += [f"  config:      {self.config}"]
         if served.budget:
