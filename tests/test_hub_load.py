@@ -162,3 +162,31 @@ def test_a_module_without_a_backbone_name_is_named_by_its_class(tmp_path: Path) 
     assert str(err.value) == (f"{tmp_path / 'w.safetensors'} does not match the Linear encoder described by "
                               "config.json (missing keys: bias). Save the weights and the config from the same "
                               "model with hscl_zoo.save_pretrained(model, directory).")
+
+
+# --- the device, checked before anything loads -----------------------------------------------------
+
+def test_a_device_torch_does_not_know_is_refused_before_anything_loads(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(ValueError) as err:
+        load("hscl-beta-mutag", device="tpu")
+    assert str(err.value) == ("device 'tpu' is not a device torch knows; pass 'cpu', 'cuda', 'cuda:1', 'mps' or a "
+                              "torch.device.")
+    assert capsys.readouterr().err == ""
+
+
+def test_cuda_loads_there_where_torch_has_it_and_is_refused_with_the_fix_where_not(capsys: pytest.CaptureFixture
+                                                                                    ) -> None:
+    if torch.cuda.is_available():
+        assert {p.device.type for p in load("hscl-beta-mutag", device="cuda").parameters()} == {"cuda"}
+        return
+    for device in ("cuda", "cuda:1", 0):
+        with pytest.raises(ValueError) as err:
+            load("hscl-beta-mutag", device=device)
+        assert str(err.value) == (f"device {device!r}: this machine has no CUDA device that torch can use; leave "
+                                  "device out to load on the CPU.")
+    assert capsys.readouterr().err == ""
+
+
+def test_the_default_device_is_the_cpu_and_meta_is_honoured(folder: Path) -> None:
+    assert {p.device.type for p in load(folder).parameters()} == {"cpu"}
+    assert {p.device.type for p in load(folder, device="meta").parameters()} == {"meta"}

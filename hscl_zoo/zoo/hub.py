@@ -126,6 +126,23 @@ def _scored_name(entry: registry.ZooEntry) -> str:
     return f"{entry.name}{score} ({entry.trained_with})"
 
 
+def _target_device(device: str | torch.device | None) -> torch.device:
+    """Where ``load`` puts the model, checked before anything is read: the CPU by default; a device
+    torch does not know, or an accelerator this machine lacks, is a one-line ValueError."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device torch knows; pass 'cpu', 'cuda', 'cuda:1', 'mps' or a "
+                         "torch.device.") from None
+    present = {"cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}.get(target.type)
+    if present is not None and not present():
+        raise ValueError(f"device {device!r}: this machine has no {target.type.upper()} device that torch can use; "
+                         "leave device out to load on the CPU.")
+    return target
+
+
 def load(
     source: str | os.PathLike[str] | registry.ZooEntry,
     device: str | torch.device | None = None,
@@ -151,6 +168,7 @@ def load(
         model = hscl_zoo.load("hscl-beta-cifar100")         # its best published tag
         probs = model.predict(PIL.Image.open("cat.png"))   # (1, 100) class probabilities
     """
+    target_device = _target_device(device)
     src = parse_source(source, revision)
     config_path, weights = find_files(src, local_files_only=local_files_only, cache_dir=cache_dir)
 
@@ -167,4 +185,4 @@ def load(
         model.training_summary = config.get("training")
     if src.kind == "zoo":
         print(f"hscl_zoo: loaded {_scored_name(src.entry)}", file=sys.stderr)
-    return model.to(device=torch.device(device) if device is not None else "cpu", dtype=target).eval()
+    return model.to(device=target_device, dtype=target).eval()
