@@ -187,6 +187,18 @@ def test_cuda_loads_there_where_torch_has_it_and_is_refused_with_the_fix_where_n
     assert capsys.readouterr().err == ""
 
 
+def test_mps_loads_there_where_torch_has_it_and_is_refused_with_the_fix_where_not(capsys: pytest.CaptureFixture
+                                                                                   ) -> None:
+    if torch.backends.mps.is_available():
+        assert {p.device.type for p in load("hscl-beta-mutag", device="mps").parameters()} == {"mps"}
+        return
+    with pytest.raises(ValueError) as err:
+        load("hscl-beta-mutag", device="mps")
+    assert str(err.value) == ("device 'mps': this machine has no MPS device that torch can use; leave device out to "
+                              "load on the CPU.")
+    assert capsys.readouterr().err == ""
+
+
 def test_the_default_device_is_the_cpu_and_meta_is_honoured(folder: Path) -> None:
     assert {p.device.type for p in load(folder).parameters()} == {"cpu"}
     assert {p.device.type for p in load(folder, device="meta").parameters()} == {"meta"}
