@@ -238,11 +238,12 @@ def stale_equivalents(entries: list[dict[str, Any]], root: Path = ROOT) -> list[
     for entry in entries:
         module, _, mangled = entry["function"].rpartition(".")
         path = root / (module.replace(".", "/") + ".py")
-        node = function_node(path.read_text(), mangled) if path.is_file() else None
+        source = path.read_text() if path.is_file() else ""
+        node = function_node(source, mangled)
         if node is None:
             stale.append(f"{entry['function']}: no such function in {path.relative_to(root)}")
             continue
-        body = {line.strip() for line in path.read_text().splitlines()[node.lineno - 1:node.end_lineno]}
+        body = {line.strip() for line in source.splitlines()[node.lineno - 1:node.end_lineno]}
         gone = next((line[1:] for line in entry["change"] if line.startswith("-") and line[1:] not in body), None)
         if gone is not None:
             stale.append(f"{entry['function']}: no longer has the line {gone!r}")
@@ -335,8 +336,8 @@ def newer_measurements(others: list[Path], path: Path = RESULTS) -> dict[str, di
     """Per file, the newest raw measurement among the reports `others` (other checkouts', e.g.
     worktrees that ran in the background) when it is newer than the report at `path`'s: what to
     merge into it."""
-    newest = json.loads(path.read_text())["files"] if path.is_file() else {}
-    newest = {file: entry["measured"] for file, entry in newest.items()}
+    mine = json.loads(path.read_text())["files"] if path.is_file() else {}
+    newest = {file: entry["measured"] for file, entry in mine.items()}
     taken = {}
     for other in others:
         for file, entry in json.loads(other.read_text())["files"].items():
@@ -370,8 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             for file, n in count(target).items():
                 print(f"{file}\t{n}")
         return
-    measured = {}
-    measured.update(newer_measurements(args.merge))
+    measured = newer_measurements(args.merge)
     for target in targets:
         print(f"{target}: running mutmut (log: {workspace_dir(target) / 'mutmut-run.log'})", flush=True)
         measured.update(run_target(target))
