@@ -161,7 +161,8 @@ def load(
     the standard cache (``cache_dir`` overrides it); offline mode (``HF_HUB_OFFLINE=1`` or
     ``local_files_only=True``) never touches the network. Weights stored in bfloat16 or float16
     load into float32 modules unless ``dtype`` says otherwise (``"stored"``: as stored).
-    ``device`` defaults to CPU.
+    ``device`` defaults to CPU; one torch does not know, or CUDA/MPS on a machine without it, is a
+    ValueError before anything is read.
 
     Example::
 
